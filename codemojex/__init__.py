@@ -1,0 +1,1 @@
+"""Codemojex: the game — rules, submission, scoring, rounds, the durable SQL floor, the CLI."""

@@ -1,0 +1,69 @@
+"""EchoMQ: a reliable job queue on Valkey. It knows nothing of games.
+
+Semantics, plainly:
+
+* **At-least-once delivery.** A job is leased, not popped: a claim moves it to the
+  ``active`` set under a lease that ends at the server's ``TIME`` + ``lease_ms``. A
+  holder that dies (its lease expires, or its heartbeat lapses — 3 s by default) loses
+  the job back to its lane, and someone else gets it. So a job may run more than once:
+  **effects must be idempotent** — key them on the job id.
+* **Fencing.** Every claim increments the job's ``attempts``; that number is the token.
+  complete / fail / extend / release with any other token, or on a job that is not
+  active, change nothing and say so (False / "stale"). A presumed-dead worker's late
+  completion is a no-op.
+* **One script per transition.** Row, sets, counters and the event move together in one
+  Lua script, or not at all; no script writes before its last check that can fail.
+* **Server clock only.** Leases, due times and reaping are judged on Valkey's ``TIME``.
+* **Fair lanes.** ``q.lanes`` keeps one FIFO per lane and claims round-robin across the
+  non-empty ones, so a lane with 100,000 jobs cannot starve a lane with one.
+* **Retries** back off exponentially (0.5 s × 2^(failures−1), ±20 %, capped at 60 s)
+  through ``scheduled``; a job out of deliveries (failures + lease expiries reach
+  ``max_attempts``, default 5) goes to ``dead`` with its reason.
+* **No busy-polling.** Idle consumers park on the wake key with BLPOP.
+"""
+
+from __future__ import annotations
+
+from .consumer import Consumer, Handler
+from .errors import (
+    DeadlinePassed,
+    EchoMQError,
+    InvalidState,
+    JobNotFound,
+    LaneFull,
+    NotDurable,
+    Retry,
+    ServerError,
+)
+from .ids import branded, is_branded, job_id, ulid, worker_id
+from .keys import Keys
+from .queue import Queue
+from .settings import Settings
+from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, WorkerInfo
+
+__all__ = [
+    "Claim",
+    "ClaimBatch",
+    "Consumer",
+    "DeadlinePassed",
+    "EchoMQError",
+    "Enqueued",
+    "Event",
+    "Handler",
+    "InvalidState",
+    "JobInfo",
+    "JobNotFound",
+    "Keys",
+    "LaneFull",
+    "NotDurable",
+    "Queue",
+    "Retry",
+    "ServerError",
+    "Settings",
+    "WorkerInfo",
+    "branded",
+    "is_branded",
+    "job_id",
+    "ulid",
+    "worker_id",
+]

@@ -1,0 +1,364 @@
+"""``Consumer``: runs a handler over claimed jobs, with leases kept, heartbeats and reaping.
+
+Life of a job inside a consumer::
+
+    claim (batch) -> ready -> handler running -> completion batched -> complete(token)
+                                   |  extend every lease/3; a lost lease cancels it
+                                   +-> exception -> fail(token) -> scheduled | dead
+
+A consumer holds at most ``concurrency`` running jobs plus a small prefetch, so a
+finishing handler never waits a round trip for its next job. When the queue is empty
+it parks on the wake key with BLPOP (the timeout bounded by the next scheduled due time)
+instead of polling. It also hosts its process's heartbeat and reaper.
+
+Delivery is at least once: a handler may see a job again after a crash or a lost lease,
+so its effects must be idempotent (key them on ``claim.job_id``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import Retry
+from .ids import worker_id as mint_worker_id
+from .queue import Queue
+from .types import Claim, ClaimBatch
+
+log = logging.getLogger("echomq.consumer")
+
+Handler = Callable[[Claim], Awaitable[Any]]
+Source = Literal["lanes", "jobs"]
+
+# Errors that mean "Valkey is unreachable for now": wait and try again, never crash.
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, asyncio.TimeoutError)
+
+# One reaper per process and queue, whatever the number of consumers in the process.
+_REAPERS: set[str] = set()
+
+
+class _Backoff:
+    """Exponential backoff with full jitter for retrying an unreachable server."""
+
+    def __init__(self, first: float = 0.05, cap: float = 2.0) -> None:
+        self.first, self.cap, self.n = first, cap, 0
+
+    async def sleep(self) -> None:
+        self.n += 1
+        await asyncio.sleep(random.uniform(0, min(self.cap, self.first * 2**self.n)))
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+class Consumer:
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Handler,
+        *,
+        lease_ms: int = 10_000,
+        concurrency: int = 1,
+        worker_id: str | None = None,
+        source: Source = "lanes",
+        batch: int = 32,
+        prefetch: int | None = None,
+        heartbeat_ms: int = 1_000,
+        lapse_ms: int = 3_000,
+        reap_interval_ms: int = 1_000,
+        park_max_ms: int = 5_000,
+        grace_ms: int | None = None,
+        reaper: bool = True,
+        meta: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        if concurrency < 1 or batch < 1 or lease_ms < 100:
+            raise ValueError("concurrency and batch must be >= 1, lease_ms >= 100")
+        if source not in ("lanes", "jobs"):
+            raise ValueError("source must be 'lanes' or 'jobs'")
+        self.queue = queue
+        self.handler = handler
+        self.lease_ms = lease_ms
+        self.concurrency = concurrency
+        self.worker_id = worker_id or mint_worker_id()
+        self.source: Source = source
+        self.batch = batch
+        self.prefetch = min(batch, concurrency) if prefetch is None else prefetch
+        self.heartbeat_ms = heartbeat_ms
+        self.lapse_ms = lapse_ms
+        self.reap_interval_ms = reap_interval_ms
+        self.park_max_ms = park_max_ms
+        self.grace_ms = lease_ms if grace_ms is None else grace_ms
+        self.reaper = reaper
+        self.meta = meta
+        # Counters, for tests and for the worker's self-description.
+        self.completed = 0
+        self.failed = 0
+        self.stale = 0
+        self.lost = 0
+        self.released = 0
+        self._ready: asyncio.Queue[Claim] = asyncio.Queue()
+        self._held: dict[str, Claim] = {}  # claimed and not yet finished: ready or running
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._lost: set[str] = set()
+        self._room = asyncio.Event()
+        self._outbox: list[tuple[str, int, Any, asyncio.Future[bool]]] = []
+        self._outbox_ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._claimer: asyncio.Task[None] | None = None
+
+    # -- public -----------------------------------------------------------
+
+    @property
+    def in_flight(self) -> dict[str, Claim]:
+        """Jobs this consumer holds right now (running or prefetched)."""
+        return dict(self._held)
+
+    def stop(self) -> None:
+        """Ask for a clean stop: claim nothing more, let running handlers finish within
+        ``grace_ms``, release whatever is left, leave the registry."""
+        self._stopping.set()
+        if self._claimer is not None:
+            self._claimer.cancel()
+
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        owns_reaper = self.reaper and self.queue.name not in _REAPERS
+        if owns_reaper:
+            _REAPERS.add(self.queue.name)
+        background = [
+            asyncio.create_task(self._every(self.heartbeat_ms, self._beat), name="heartbeat"),
+            asyncio.create_task(self._every(self.lease_ms // 3, self._keep_leases), name="leases"),
+            asyncio.create_task(self._flush_loop(), name="completions"),
+        ]
+        if owns_reaper:
+            background.append(
+                asyncio.create_task(self._every(self.reap_interval_ms, self._reap), name="reaper")
+            )
+        runners = [
+            asyncio.create_task(self._run_slot(), name=f"slot-{i}")
+            for i in range(self.concurrency)
+        ]
+        self._claimer = asyncio.create_task(self._claim_loop(), name="claimer")
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._claimer
+            if not self._stopping.is_set():  # the claimer died of a bug: surface it
+                self._claimer.result()
+            await self._drain(runners)
+        finally:
+            for t in runners + background:
+                t.cancel()
+            await asyncio.gather(*runners, *background, return_exceptions=True)
+            if owns_reaper:
+                _REAPERS.discard(self.queue.name)
+            if install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            with contextlib.suppress(*TRANSIENT):
+                await self.queue.unregister(self.worker_id)
+
+    # -- claiming -----------------------------------------------------------
+
+    def _claim(self, count: int) -> Awaitable[ClaimBatch]:
+        side = self.queue.lanes if self.source == "lanes" else self.queue.jobs
+        return side.claim_many(self.worker_id, self.lease_ms, count)
+
+    async def _claim_loop(self) -> None:
+        backoff = _Backoff()
+        # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
+        while not self._stopping.is_set():
+            room = self.concurrency + self.prefetch - len(self._held)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            asked = min(room, self.batch)
+            try:
+                got = await self._claim(asked)
+                backoff.reset()
+            except TRANSIENT as e:
+                log.warning("claim failed (%s); retrying", e)
+                await backoff.sleep()
+                continue
+            for claim in got.claims:
+                self._held[claim.job_id] = claim
+                self._ready.put_nowait(claim)
+            if len(got.claims) < asked:
+                await self._park(got)
+
+    async def _park(self, got: ClaimBatch) -> None:
+        timeout_ms = self.park_max_ms
+        if got.next_due_ms is not None:
+            timeout_ms = min(timeout_ms, max(10, got.next_due_ms - got.server_now_ms))
+        try:
+            await self.queue.conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
+        except TRANSIENT as e:
+            log.warning("park failed (%s)", e)
+            await asyncio.sleep(min(1.0, timeout_ms / 1000))
+
+    # -- running --------------------------------------------------------------
+
+    async def _run_slot(self) -> None:
+        while True:
+            claim = await self._ready.get()
+            if claim.job_id in self._lost:
+                self._forget(claim)
+                continue
+            await self._process(claim)
+
+    async def _process(self, claim: Claim) -> None:
+        task = asyncio.create_task(self.handler(claim), name=f"handler-{claim.job_id}")
+        self._running[claim.job_id] = task
+        try:
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if claim.job_id in self._lost and not (me and me.cancelling()):
+                    return  # the lease went to someone else: no side effect of ours counts
+                raise
+            except Exception as e:  # the handler failed: schedule a retry or dead-letter
+                await self._fail(claim, e)
+                return
+            if await self._complete(claim, result):
+                self.completed += 1
+            else:
+                self.stale += 1
+        finally:
+            self._running.pop(claim.job_id, None)
+            self._forget(claim)
+
+    def _forget(self, claim: Claim) -> None:
+        self._held.pop(claim.job_id, None)
+        self._lost.discard(claim.job_id)
+        self._room.set()
+
+    async def _fail(self, claim: Claim, error: BaseException) -> None:
+        retry_in = error.delay_ms if isinstance(error, Retry) else None
+        text = f"{type(error).__name__}: {error}"[:2000]
+        backoff = _Backoff()
+        while True:
+            try:
+                outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text, retry_in)
+                break
+            except TRANSIENT:
+                await backoff.sleep()
+        if outcome == "stale":
+            self.stale += 1
+        else:
+            self.failed += 1
+        log.info("job %s failed (%s): %s", claim.job_id, outcome, text)
+
+    async def _complete(self, claim: Claim, result: Any) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._outbox.append((claim.job_id, claim.token, result, fut))
+        self._outbox_ready.set()
+        return await fut
+
+    async def _flush_loop(self) -> None:
+        """Send finished jobs' completions in pipelined batches: whatever piled up while
+        the previous batch was in flight goes in the next one."""
+        backoff = _Backoff()
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            items, self._outbox = self._outbox, []
+            while items:
+                try:
+                    verdicts = await self.queue.jobs.complete_many((j, t, r) for j, t, r, _ in items)
+                    break
+                except TRANSIENT as e:
+                    log.warning("complete failed (%s); retrying", e)
+                    await backoff.sleep()
+                except Exception as e:  # e.g. an unserialisable result: fail those jobs
+                    for *_, fut in items:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    items = []
+            else:
+                continue
+            backoff.reset()
+            for (*_, fut), ok in zip(items, verdicts, strict=True):
+                if not fut.done():
+                    fut.set_result(ok)
+
+    # -- leases, heartbeat, reaper ----------------------------------------------
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await fn()
+            except TRANSIENT as e:
+                log.warning("%s failed (%s)", fn.__name__, e)
+            await asyncio.sleep(interval_ms / 1000 * random.uniform(0.9, 1.1))
+
+    async def _keep_leases(self) -> None:
+        held = list(self._held.values())
+        if not held:
+            return
+        verdicts = await self.queue.jobs.extend_many(
+            [(c.job_id, c.token) for c in held], self.lease_ms
+        )
+        for claim, ok in zip(held, verdicts, strict=True):
+            if not ok and claim.job_id in self._held:
+                self.lost += 1
+                self._lost.add(claim.job_id)
+                task = self._running.get(claim.job_id)
+                if task is not None:
+                    task.cancel()  # stop a stale attempt's side effects at once
+                log.warning("lease of %s lost; handler cancelled", claim.job_id)
+
+    async def _beat(self) -> None:
+        meta: dict[str, Any] = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "state": "busy" if self._running else "idle",
+            "jobs": ",".join(self._running),
+            "jobs_done": self.completed,
+        }
+        if self.meta is not None:
+            meta.update(self.meta())
+        await self.queue.heartbeat(self.worker_id, self.lapse_ms, meta)
+
+    async def _reap(self) -> None:
+        await self.queue.stalled.reap()
+
+    # -- stopping -----------------------------------------------------------------
+
+    async def _drain(self, runners: list[asyncio.Task[None]]) -> None:
+        # Prefetched jobs never started: hand them back untouched.
+        while not self._ready.empty():
+            claim = self._ready.get_nowait()
+            await self._release(claim)
+        if self._running:
+            await asyncio.wait(list(self._running.values()), timeout=self.grace_ms / 1000)
+        for job_id, task in list(self._running.items()):
+            claim = self._held.get(job_id)
+            task.cancel()
+            if claim is not None:
+                self._lost.add(job_id)  # our handler must not count any more
+                await self._release(claim)
+        # Let in-flight completions land before the flusher is cancelled.
+        for _ in range(100):
+            if not self._outbox and not self._running:
+                break
+            await asyncio.sleep(0.01)
+
+    async def _release(self, claim: Claim) -> None:
+        with contextlib.suppress(*TRANSIENT):
+            if await self.queue.jobs.release(claim.job_id, claim.token):
+                self.released += 1
+        self._held.pop(claim.job_id, None)

@@ -1,0 +1,49 @@
+"""EchoMQ's error tree. Stale calls are not errors: they return False or "stale"."""
+
+from __future__ import annotations
+
+
+class EchoMQError(Exception):
+    """Base of every error EchoMQ raises."""
+
+
+class JobNotFound(EchoMQError):
+    """No job row with that id (never enqueued, or trimmed after completion)."""
+
+
+class InvalidState(EchoMQError):
+    """The job exists but is not in the state the operation needs (e.g. retry of a live job)."""
+
+
+class LaneFull(EchoMQError):
+    """The lane already holds ``max_pending`` unfinished jobs; nothing was enqueued."""
+
+    def __init__(self, lane: str, limit: int) -> None:
+        super().__init__(f"lane {lane!r} already has {limit} unfinished jobs")
+        self.lane = lane
+        self.limit = limit
+
+
+class DeadlinePassed(EchoMQError):
+    """The enqueue arrived after its ``deadline_ms`` on the server clock; nothing was enqueued."""
+
+    def __init__(self, deadline_ms: int, server_now_ms: int) -> None:
+        super().__init__(f"deadline {deadline_ms} passed (server clock {server_now_ms})")
+        self.deadline_ms = deadline_ms
+        self.server_now_ms = server_now_ms
+
+
+class NotDurable(EchoMQError):
+    """Durable mode was asked for but the server could lose acknowledged writes."""
+
+
+class ServerError(EchoMQError):
+    """The embedded valkey-server could not be found, started or stopped."""
+
+
+class Retry(Exception):
+    """Raise from a handler to fail the attempt and ask for a specific retry delay."""
+
+    def __init__(self, delay_ms: int, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_ms = delay_ms

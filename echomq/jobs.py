@@ -1,0 +1,174 @@
+"""``q.jobs``: the plain FIFO queue and the fenced transitions every job goes through."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .codec import dumps, text
+from .errors import InvalidState, JobNotFound
+from .ids import job_id as mint_job_id
+from .scripts import SCRIPTS, Call
+from .types import Claim, ClaimBatch, FailOutcome, JobInfo
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+
+def decode_batch(reply: list[Any]) -> ClaimBatch:
+    next_due = int(reply[1])
+    return ClaimBatch(
+        claims=[Claim.from_reply(row) for row in reply[2:]],
+        server_now_ms=int(reply[0]),
+        next_due_ms=None if next_due < 0 else next_due,
+    )
+
+
+class Jobs:
+    def __init__(self, queue: Queue) -> None:
+        self._q = queue
+        self._keys = queue.keys
+        self._run = queue.runner.run
+
+    async def enqueue(
+        self,
+        payload: Any,
+        *,
+        job_id: str | None = None,
+        max_attempts: int = 5,
+        delay_ms: int = 0,
+        attempts: int = 0,
+    ) -> str:
+        """Append to the plain queue (or schedule after ``delay_ms`` on the server clock).
+        An id that already exists is a no-op returning that id. ``attempts`` seeds the
+        fencing token, for a job revived from the durable floor (it never decreases)."""
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        jid = job_id or mint_job_id()
+        reply = await self._run(
+            SCRIPTS["enqueue"],
+            [self._keys.prefix, self._keys.job(jid)],
+            [jid, dumps(payload), max_attempts, max(0, int(delay_ms)), attempts],
+        )
+        return text(reply[1])
+
+    async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:
+        """Lease the oldest pending job (ZPOPMIN) until server TIME + ``lease_ms``."""
+        batch = await self.claim_many(worker_id, lease_ms, 1)
+        return batch.claims[0] if batch.claims else None
+
+    async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
+        """Lease up to ``count`` jobs in one call, each with its own token."""
+        return decode_batch(
+            await self._run(
+                SCRIPTS["claim"],
+                [self._keys.prefix],
+                [worker_id, lease_ms, count, self._q.settings.promote_limit],
+            )
+        )
+
+    def _complete_call(self, job_id: str, token: int, result: Any) -> Call:
+        s = self._q.settings
+        return (
+            SCRIPTS["complete"],
+            [self._keys.prefix, self._keys.job(job_id)],
+            [
+                job_id,
+                token,
+                b"" if result is None else dumps(result),
+                s.keep_completed,
+                s.keep_completed_ms,
+                s.events_maxlen,
+            ],
+        )
+
+    async def complete(self, job_id: str, token: int, result: Any = None) -> bool:
+        """True: counted once. False: stale (not active, or the token is not current);
+        nothing changed."""
+        return bool(await self._run(*self._complete_call(job_id, token, result)))
+
+    async def complete_many(self, items: Iterable[tuple[str, int, Any]]) -> list[bool]:
+        """Complete several jobs in one round trip; one verdict per item, in order."""
+        calls = [self._complete_call(j, t, r) for j, t, r in items]
+        return [bool(r) for r in await self._q.runner.run_many(calls)]
+
+    async def fail(
+        self, job_id: str, token: int, error: str, retry_in_ms: int | None = None
+    ) -> FailOutcome:
+        """Record a failed attempt: ``"scheduled"`` for a retry (backoff with jitter unless
+        ``retry_in_ms``), ``"dead"`` when out of deliveries, ``"stale"`` when not held."""
+        s = self._q.settings
+        reply = await self._run(
+            SCRIPTS["fail"],
+            [self._keys.prefix, self._keys.job(job_id)],
+            [
+                job_id,
+                token,
+                error,
+                -1 if retry_in_ms is None else max(0, int(retry_in_ms)),
+                random.uniform(-1.0, 1.0),
+                s.backoff_ms,
+                s.backoff_cap_ms,
+                s.jitter,
+                s.events_maxlen,
+            ],
+        )
+        return text(reply)  # type: ignore[return-value]
+
+    async def extend(self, job_id: str, token: int, lease_ms: int) -> bool:
+        """Renew the lease to server TIME + ``lease_ms``; False when the lease is lost."""
+        return bool(await self._run(*self._extend_call(job_id, token, lease_ms)))
+
+    def _extend_call(self, job_id: str, token: int, lease_ms: int) -> Call:
+        return (
+            SCRIPTS["extend"],
+            [self._keys.prefix, self._keys.job(job_id)],
+            [job_id, token, lease_ms],
+        )
+
+    async def extend_many(self, items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
+        calls = [self._extend_call(j, t, lease_ms) for j, t in items]
+        return [bool(r) for r in await self._q.runner.run_many(calls)]
+
+    async def release(self, job_id: str, token: int) -> bool:
+        """Back on its lane, no delivery spent, token bumped; False when stale."""
+        return bool(
+            await self._run(
+                SCRIPTS["release"], [self._keys.prefix, self._keys.job(job_id)], [job_id, token]
+            )
+        )
+
+    async def get(self, job_id: str) -> JobInfo | None:
+        row = await self._q.conn.hgetall(self._keys.job(job_id))
+        return JobInfo.from_hash(row) if row else None
+
+    async def retry_dead(self, job_id: str) -> None:
+        """Send a dead job back to its lane with fresh deliveries (attempts kept)."""
+        code = await self._run(
+            SCRIPTS["retry_dead"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
+        )
+        self._check(job_id, int(code), "dead")
+
+    async def discard(self, job_id: str) -> None:
+        """Delete a dead job for good."""
+        code = await self._run(
+            SCRIPTS["discard"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
+        )
+        self._check(job_id, int(code), "dead")
+
+    @staticmethod
+    def _check(job_id: str, code: int, wanted: str) -> None:
+        if code == -1:
+            raise JobNotFound(job_id)
+        if code == -2:
+            raise InvalidState(f"{job_id} is not {wanted}")
+
+    async def dead(self, limit: int = 100) -> list[JobInfo]:
+        """The oldest dead jobs still held in Valkey (the durable floor keeps them all)."""
+        ids = await self._q.conn.zrange(self._keys.dead, 0, limit - 1)
+        pipe = self._q.conn.pipeline(transaction=False)
+        for jid in ids:
+            pipe.hgetall(self._keys.job(text(jid)))
+        return [JobInfo.from_hash(row) for row in await pipe.execute() if row]
+

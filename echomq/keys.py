@@ -1,0 +1,101 @@
+"""Every key name of a queue, built in exactly one place.
+
+All keys of queue ``q`` share the prefix ``emq:{q}:``; the braces are a Valkey Cluster
+hash tag, so a queue lives in one slot and every script touches one slot. Scripts get
+the prefix as ``KEYS[1]`` and build per-job and per-lane keys from it with the same
+suffixes as below (see ``lua/include/keys.lua``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    name: str
+
+    @property
+    def prefix(self) -> str:
+        return f"emq:{{{self.name}}}:"
+
+    def job(self, job_id: str) -> str:
+        """Hash: the job row (payload, state, attempts, failures, stalls, …)."""
+        return f"{self.prefix}job:{job_id}"
+
+    def lane(self, lane: str) -> str:
+        """Sorted set, score 0, members ordered by id = mint order: a lane's pending jobs."""
+        return f"{self.prefix}lane:{lane}"
+
+    @property
+    def ring(self) -> str:
+        """List: exactly the non-empty lanes, rotated by each lane claim (round-robin)."""
+        return f"{self.prefix}ring"
+
+    @property
+    def lane_load(self) -> str:
+        """Hash lane -> unfinished jobs (pending + active + scheduled), for ``max_pending``."""
+        return f"{self.prefix}laneload"
+
+    @property
+    def pending(self) -> str:
+        """Sorted set, score 0: the plain FIFO queue."""
+        return f"{self.prefix}pending"
+
+    @property
+    def active(self) -> str:
+        """Sorted set scored by lease deadline (server ms)."""
+        return f"{self.prefix}active"
+
+    @property
+    def scheduled(self) -> str:
+        """Sorted set scored by due time (server ms): delayed jobs and retries."""
+        return f"{self.prefix}scheduled"
+
+    @property
+    def completed(self) -> str:
+        """Sorted set scored by completion time; trimmed by count and age."""
+        return f"{self.prefix}completed"
+
+    @property
+    def dead(self) -> str:
+        """Sorted set scored by time of death."""
+        return f"{self.prefix}dead"
+
+    @property
+    def counters(self) -> str:
+        """Hash of transition counters (enqueued, claimed, completed, failed, reaped, …)."""
+        return f"{self.prefix}counters"
+
+    @property
+    def refused(self) -> str:
+        """Hash of stale calls refused, by operation. Kept apart from ``counters`` so that a
+        stale call leaves every job, location and transition counter as it was."""
+        return f"{self.prefix}refused"
+
+    @property
+    def events(self) -> str:
+        """Stream of completed / failed / reaped / dead events, capped."""
+        return f"{self.prefix}events"
+
+    @property
+    def wake(self) -> str:
+        """List that idle consumers BLPOP; holds at most one token."""
+        return f"{self.prefix}wake"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set worker_id -> heartbeat deadline (server ms)."""
+        return f"{self.prefix}workers"
+
+    def worker(self, worker_id: str) -> str:
+        """Hash: a worker's self-description (pid, host, …) as of its last heartbeat."""
+        return f"{self.prefix}worker:{worker_id}"
+
+    def worker_jobs(self, worker_id: str) -> str:
+        """Set: the jobs a worker holds, so a lapsed worker's jobs are found without a scan."""
+        return f"{self.prefix}wjobs:{worker_id}"
+
+    def seq(self, lane: str, scope: str) -> str:
+        """String counter: next sequence number of ``lane`` within ``scope``."""
+        return f"{self.prefix}seq:{lane}:{scope}"

@@ -1,0 +1,36 @@
+--[[ enqueue: add a job to the plain FIFO queue, now or after a delay.
+
+  KEYS[1]  prefix   "emq:{q}:"   (the queue's hash tag; other keys are built from it)
+  KEYS[2]  job      hash         the new job's row
+
+  ARGV[1]  job id           branded JOB_ ULID
+  ARGV[2]  payload          opaque string (JSON by convention)
+  ARGV[3]  max_attempts     deliveries allowed (failures + lease expiries)
+  ARGV[4]  delay_ms         0 = pending now; > 0 = scheduled, due at server now + delay
+  ARGV[5]  attempts         initial fencing token (0, or carried over from a revived job)
+
+  Returns  {1, id} created | {0, id} an existing id: nothing changed
+  Events   none (events report outcomes, not arrivals)
+]]
+--@include common
+
+local id = ARGV[1]
+local jk = KEYS[2]
+if redis.call('EXISTS', jk) == 1 then
+  return {0, id}
+end
+
+local now = server_now()
+local delay = tonumber(ARGV[4])
+redis.call('HSET', jk, 'id', id, 'lane', '', 'payload', ARGV[2], 'max', ARGV[3],
+  'attempts', ARGV[5], 'failures', 0, 'stalls', 0, 'enq', now)
+redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
+if delay > 0 then
+  redis.call('HSET', jk, 'state', 'scheduled', 'due', now + delay)
+  redis.call('ZADD', K_SCHEDULED, now + delay, id)
+  -- A parked consumer must shorten its sleep to the new due time.
+  wake()
+else
+  place(id, '')
+end
+return {1, id}

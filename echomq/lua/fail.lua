@@ -1,0 +1,54 @@
+--[[ fail: record a failed attempt; retry later through `scheduled`, or dead-letter.
+
+  KEYS[1]  prefix   "emq:{q}:"
+  KEYS[2]  job      hash
+
+  ARGV[1]  job id
+  ARGV[2]  token
+  ARGV[3]  error          text kept on the row as the last error
+  ARGV[4]  retry_in_ms    -1 = exponential backoff; >= 0 = this delay
+  ARGV[5]  jitter         factor in [-1, 1] scaled by the jitter ratio (random, from the client,
+                          so the script stays deterministic)
+  ARGV[6]  backoff_ms     base delay of the first retry
+  ARGV[7]  backoff_cap_ms
+  ARGV[8]  jitter_ratio   e.g. 0.2 for ±20 %
+  ARGV[9]  events_maxlen
+
+  Returns  'scheduled' | 'dead' | 'stale' (nothing changed but the refusal tally)
+  Events   failed {job_id, lane, error, attempts}; then dead {job_id, lane, reason} when out
+           of deliveries
+]]
+--@include common
+
+local id, token = ARGV[1], ARGV[2]
+local jk = KEYS[2]
+if not holds(jk, token) then
+  redis.call('HINCRBY', K_REFUSED, 'fail', 1)
+  return 'stale'
+end
+
+local now = server_now()
+local row = redis.call('HMGET', jk, 'lane', 'stalls', 'max')
+local lane = row[1] or ''
+local failures = redis.call('HINCRBY', jk, 'failures', 1)
+unlease(id, jk)
+redis.call('HSET', jk, 'error', ARGV[3])
+redis.call('HINCRBY', K_COUNTERS, 'failed', 1)
+emit(ARGV[9], 'type', 'failed', 'job_id', id, 'lane', lane, 'error', ARGV[3],
+  'attempts', token)
+
+if failures + tonumber(row[2] or '0') >= tonumber(row[3] or '1') then
+  to_dead(id, jk, lane, now, 'failed ' .. failures .. ' times')
+  emit(ARGV[9], 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'failed ' .. failures .. ' times')
+  return 'dead'
+end
+
+local delay = tonumber(ARGV[4])
+if delay < 0 then
+  delay = math.min(tonumber(ARGV[6]) * 2 ^ (failures - 1), tonumber(ARGV[7]))
+  delay = math.floor(delay * (1 + tonumber(ARGV[8]) * tonumber(ARGV[5])))
+end
+redis.call('HSET', jk, 'state', 'scheduled', 'due', now + delay)
+redis.call('ZADD', K_SCHEDULED, now + delay, id)
+wake()
+return 'scheduled'

@@ -1,0 +1,143 @@
+-- Shared helpers, spliced into each transition script by scripts.py at load time.
+-- Every key is built from the queue prefix (KEYS[1], "emq:{q}:"), which carries the
+-- queue's hash tag, so a queue's keys all live in one Valkey Cluster slot.
+
+local PREFIX = KEYS[1]
+
+-- The server's clock in epoch milliseconds. The only clock EchoMQ ever trusts.
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function job_key(id) return PREFIX .. 'job:' .. id end
+local function lane_key(lane) return PREFIX .. 'lane:' .. lane end
+local function wjobs_key(worker) return PREFIX .. 'wjobs:' .. worker end
+
+local K_RING      = PREFIX .. 'ring'
+local K_PENDING   = PREFIX .. 'pending'
+local K_ACTIVE    = PREFIX .. 'active'
+local K_SCHEDULED = PREFIX .. 'scheduled'
+local K_COMPLETED = PREFIX .. 'completed'
+local K_DEAD      = PREFIX .. 'dead'
+local K_COUNTERS  = PREFIX .. 'counters'
+local K_REFUSED   = PREFIX .. 'refused'
+local K_EVENTS    = PREFIX .. 'events'
+local K_WAKE      = PREFIX .. 'wake'
+local K_WORKERS   = PREFIX .. 'workers'
+local K_LANELOAD  = PREFIX .. 'laneload'
+
+-- Leave one token on the wake list for a parked consumer. At most one token is ever
+-- kept: a consumer that wakes and finds more work left passes the token on.
+local function wake()
+  if redis.call('LLEN', K_WAKE) == 0 then
+    redis.call('RPUSH', K_WAKE, '1')
+  end
+end
+
+-- Put a job back where claims find it: its lane (joining the ring if the lane was
+-- empty, so the ring holds exactly the non-empty lanes) or the plain pending set.
+local function place(id, lane)
+  if lane ~= nil and lane ~= '' then
+    local lk = lane_key(lane)
+    redis.call('ZADD', lk, 0, id)
+    if redis.call('ZCARD', lk) == 1 then
+      redis.call('RPUSH', K_RING, lane)
+    end
+  else
+    redis.call('ZADD', K_PENDING, 0, id)
+  end
+  redis.call('HSET', job_key(id), 'state', 'pending')
+  wake()
+end
+
+local function emit(maxlen, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', ...)
+end
+
+-- A job that left the unfinished world (completed or dead) no longer counts
+-- against its lane's max_pending.
+local function unload(lane)
+  if lane ~= nil and lane ~= '' then
+    if redis.call('HINCRBY', K_LANELOAD, lane, -1) <= 0 then
+      redis.call('HDEL', K_LANELOAD, lane)
+    end
+  end
+end
+
+-- Take a job off the active set and its holder's job set.
+local function unlease(id, jk)
+  redis.call('ZREM', K_ACTIVE, id)
+  local worker = redis.call('HGET', jk, 'worker')
+  if worker then
+    redis.call('SREM', wjobs_key(worker), id)
+  end
+  redis.call('HDEL', jk, 'worker', 'lease')
+end
+
+local function to_dead(id, jk, lane, now, reason)
+  redis.call('HSET', jk, 'state', 'dead', 'reason', reason, 'done', now)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('HINCRBY', K_COUNTERS, 'dead', 1)
+  unload(lane)
+end
+
+-- Move up to `limit` due scheduled jobs back to their lane or the pending set.
+local function promote(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', K_SCHEDULED, id)
+    local jk = job_key(id)
+    redis.call('HDEL', jk, 'due')
+    place(id, redis.call('HGET', jk, 'lane'))
+  end
+  if #due > 0 then
+    redis.call('HINCRBY', K_COUNTERS, 'promoted', #due)
+  end
+  return #due
+end
+
+-- The due time of the next scheduled job, or -1: a parked consumer sleeps no longer.
+local function next_due()
+  local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Lease one popped job to `worker`: bump the fencing token, record the deadline.
+-- Returns the claim tuple the client decodes.
+local function lease(id, worker, now, lease_ms)
+  local jk = job_key(id)
+  local token = redis.call('HINCRBY', jk, 'attempts', 1)
+  local until_ms = now + lease_ms
+  redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
+  redis.call('ZADD', K_ACTIVE, until_ms, id)
+  redis.call('SADD', wjobs_key(worker), id)
+  local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq')
+  return {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0'}
+end
+
+-- A holder presumed dead: its lease expired or its heartbeat lapsed. Count the stall
+-- apart from failures; out of deliveries -> dead, else back to its lane.
+local function stall(id, now, maxlen, why)
+  local jk = job_key(id)
+  local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max')
+  local lane = row[1] or ''
+  local stalls = redis.call('HINCRBY', jk, 'stalls', 1)
+  local failures = tonumber(row[2] or '0')
+  unlease(id, jk)
+  redis.call('HINCRBY', K_COUNTERS, 'reaped', 1)
+  emit(maxlen, 'type', 'reaped', 'job_id', id, 'lane', lane, 'why', why)
+  if failures + stalls >= tonumber(row[4] or '1') then
+    to_dead(id, jk, lane, now, 'lease expired too often')
+    emit(maxlen, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'lease expired too often')
+  else
+    place(id, lane)
+  end
+end
+
+-- The guard every fenced call starts with: the job is active and `token` is current.
+local function holds(jk, token)
+  local row = redis.call('HMGET', jk, 'state', 'attempts')
+  return row[1] == 'active' and row[2] == token
+end

@@ -1,0 +1,19 @@
+--[[ unregister: a worker leaves the registry on a clean stop.
+
+  Jobs it still holds (there should be none after a clean stop) keep their lease and
+  come back when it expires.
+
+  KEYS[1]  prefix   "emq:{q}:"
+  KEYS[2]  worker   hash
+
+  ARGV[1]  worker id
+
+  Returns  1 if it was registered, else 0
+]]
+--@include common
+
+local n = redis.call('ZREM', K_WORKERS, ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'stopped', server_now())
+end
+return n

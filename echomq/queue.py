@@ -1,0 +1,97 @@
+"""``Queue``: one named queue on one connection; every key lives under ``emq:{name}:``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .codec import text
+from .events import Events
+from .jobs import Jobs
+from .keys import Keys
+from .lanes import Lanes
+from .scripts import SCRIPTS, Runner
+from .settings import Settings
+from .stalled import Stalled
+from .types import WorkerInfo
+
+
+class Queue:
+    """A reliable queue. ``conn`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``)."""
+
+    def __init__(self, conn: Any, name: str, settings: Settings | None = None) -> None:
+        if not name or "{" in name or "}" in name:
+            raise ValueError("queue name must be non-empty and free of braces")
+        self.conn = conn
+        self.name = name
+        self.settings = settings or Settings()
+        self.keys = Keys(name)
+        self.runner = Runner(conn)
+        self.jobs = Jobs(self)
+        self.lanes = Lanes(self)
+        self.stalled = Stalled(self)
+        self.events = Events(self)
+
+    def using(self, conn: Any) -> Queue:
+        """The same queue on another connection (e.g. a dedicated one for blocking calls)."""
+        return Queue(conn, self.name, self.settings)
+
+    async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
+        """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},
+        "counters": {name: int}, "refused": {op: int}, "server_now_ms"}``, one snapshot."""
+        r = await self.runner.run(SCRIPTS["stats"], [self.keys.prefix], [max_lanes])
+        lanes = {text(r[5][i]): int(r[5][i + 1]) for i in range(0, len(r[5]), 2)}
+        counters = {text(r[6][i]): int(r[6][i + 1]) for i in range(0, len(r[6]), 2)}
+        refused = {text(r[7][i]): int(r[7][i + 1]) for i in range(0, len(r[7]), 2)}
+        return {
+            "pending": int(r[0]),
+            "active": int(r[1]),
+            "scheduled": int(r[2]),
+            "completed": int(r[3]),
+            "dead": int(r[4]),
+            "lanes": lanes,
+            "counters": counters,
+            "refused": refused,
+            "server_now_ms": int(r[8]),
+        }
+
+    async def promote(self, limit: int = 100) -> int:
+        """Move due scheduled jobs back to their lanes now; returns how many moved."""
+        r = await self.runner.run(SCRIPTS["promote"], [self.keys.prefix], [limit])
+        return int(r[0])
+
+    async def heartbeat(self, worker_id: str, lapse_ms: int, meta: dict[str, Any] | None = None,
+                        ttl_ms: int = 3_600_000) -> int:
+        """Register ``worker_id`` as alive until server now + ``lapse_ms``; returns server now."""
+        flat: list[Any] = []
+        for k, v in (meta or {}).items():
+            flat += [k, "" if v is None else str(v)]
+        return int(
+            await self.runner.run(
+                SCRIPTS["heartbeat"],
+                [self.keys.prefix, self.keys.worker(worker_id)],
+                [worker_id, lapse_ms, ttl_ms, *flat],
+            )
+        )
+
+    async def unregister(self, worker_id: str) -> bool:
+        return bool(
+            await self.runner.run(
+                SCRIPTS["unregister"], [self.keys.prefix, self.keys.worker(worker_id)], [worker_id]
+            )
+        )
+
+    async def workers(self) -> list[WorkerInfo]:
+        """Registered workers with their heartbeat deadline (alive = registered)."""
+        rows = await self.conn.zrange(self.keys.workers, 0, -1, withscores=True)
+        pipe = self.conn.pipeline(transaction=False)
+        for wid, _ in rows:
+            pipe.hgetall(self.keys.worker(text(wid)))
+        metas = await pipe.execute()
+        return [
+            WorkerInfo(text(wid), True, int(score), {text(k): text(v) for k, v in meta.items()})
+            for (wid, score), meta in zip(rows, metas, strict=True)
+        ]
+
+    async def server_time_ms(self) -> int:
+        secs, micros = await self.conn.time()
+        return int(secs) * 1000 + int(micros) // 1000

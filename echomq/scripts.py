@@ -1,0 +1,87 @@
+"""The Lua transitions: loaded from ``lua/`` once, run by EVALSHA, reloaded on NOSCRIPT.
+
+Each transition is one file under ``lua/``. A line ``--@include name`` splices in
+``lua/include/name.lua`` (shared helpers) when the file is read, so the server sees one
+self-contained script per transition. After a server restart empties the script cache,
+the first EVALSHA answers NOSCRIPT and the call is re-sent as EVAL, which also caches
+the script again: callers never see the difference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+_LUA = Path(__file__).with_name("lua")
+
+Arg = str | bytes | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+def _read(name: str) -> str:
+    lines = []
+    for line in (_LUA / f"{name}.lua").read_text().splitlines():
+        if line.startswith("--@include "):
+            lines.append((_LUA / "include" / f"{line.split()[1]}.lua").read_text())
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _load_all() -> dict[str, Script]:
+    out = {}
+    for path in sorted(_LUA.glob("*.lua")):
+        source = _read(path.stem)
+        out[path.stem] = Script(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
+    return out
+
+
+SCRIPTS: dict[str, Script] = _load_all()
+
+Call = tuple[Script, Sequence[str], Sequence[Arg]]
+
+
+class Runner:
+    """Runs scripts on one connection (a ``redis.asyncio.Redis`` or ``RedisCluster``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await self.conn.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await self.conn.eval(script.source, len(keys), *keys, *args)
+
+    async def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Pipeline many calls in one round trip (not a transaction: each script is atomic
+        on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL."""
+        if not calls:
+            return []
+        pipe = self.conn.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        redo = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if redo:
+            pipe = self.conn.pipeline(transaction=False)
+            for i in redo:
+                script, keys, args = calls[i]
+                pipe.eval(script.source, len(keys), *keys, *args)
+            for i, r in zip(redo, await pipe.execute(raise_on_error=False), strict=True):
+                results[i] = r
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results

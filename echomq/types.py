@@ -1,0 +1,128 @@
+"""The values EchoMQ hands back: claims, job snapshots, enqueue receipts, events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .codec import loads, number, text
+
+State = Literal["pending", "active", "scheduled", "completed", "dead"]
+FailOutcome = Literal["scheduled", "dead", "stale"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One leased job. ``token`` is the fencing token: pass it back to complete, fail,
+    extend or release; it stops working the moment the job is reclaimed."""
+
+    job_id: str
+    lane: str | None
+    payload: Any
+    token: int
+    lease_until_ms: int
+    seq: int | None = None
+    enqueued_at_ms: int = 0
+
+    @classmethod
+    def from_reply(cls, row: list[Any]) -> Claim:
+        lane = text(row[1])
+        seq = text(row[5])
+        return cls(
+            job_id=text(row[0]),
+            lane=lane or None,
+            payload=loads(row[2]),
+            token=int(row[3]),
+            lease_until_ms=int(row[4]),
+            seq=int(seq) if seq else None,
+            enqueued_at_ms=number(row[6]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    claims: list[Claim]
+    server_now_ms: int
+    next_due_ms: int | None  # the earliest scheduled job, so a parked consumer wakes for it
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """Receipt of a lane enqueue. ``created`` is False when the id already existed (a
+    replay): nothing was enqueued and ``seq`` is the original one."""
+
+    job_id: str
+    seq: int | None
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    job_id: str
+    state: State
+    attempts: int
+    lane: str | None
+    payload: Any
+    result: Any
+    error: str | None
+    reason: str | None
+    lease_until_ms: int | None
+    failures: int = 0
+    stalls: int = 0
+    max_attempts: int = 0
+    seq: int | None = None
+    enqueued_at_ms: int = 0
+    worker_id: str | None = None
+    finished_at_ms: int | None = None
+
+    @classmethod
+    def from_hash(cls, row: dict[Any, Any]) -> JobInfo:
+        def g(name: str) -> str:
+            return text(row.get(name.encode(), row.get(name)))
+
+        lease, done, seq = g("lease"), g("done"), g("seq")
+        return cls(
+            job_id=g("id"),
+            state=g("state"),  # type: ignore[arg-type]
+            attempts=number(g("attempts")),
+            lane=g("lane") or None,
+            payload=loads(g("payload")),
+            result=loads(g("result")) if g("result") else None,
+            error=g("error") or None,
+            reason=g("reason") or None,
+            lease_until_ms=int(lease) if lease else None,
+            failures=number(g("failures")),
+            stalls=number(g("stalls")),
+            max_attempts=number(g("max")),
+            seq=int(seq) if seq else None,
+            enqueued_at_ms=number(g("enq")),
+            worker_id=g("worker") or None,
+            finished_at_ms=int(done) if done else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the events stream; ``fields`` holds everything but id and type."""
+
+    event_id: str
+    type: str
+    job_id: str
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_entry(cls, event_id: Any, raw: dict[Any, Any]) -> Event:
+        fields = {text(k): text(v) for k, v in raw.items()}
+        return cls(text(event_id), fields.pop("type", ""), fields.pop("job_id", ""), fields)
+
+    @property
+    def result(self) -> Any:
+        return loads(self.fields.get("result"))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    worker_id: str
+    alive: bool
+    deadline_ms: int | None
+    meta: dict[str, str]

@@ -1,0 +1,1 @@
+"""The edge: the Starlette app, the websocket hub and the static pages."""
