@@ -46,6 +46,12 @@ TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, 
 # One reaper per process and queue, whatever the number of consumers in the process.
 _REAPERS: set[str] = set()
 
+_Key = tuple[str, int]
+
+
+def _key(claim: Claim) -> _Key:
+    return (claim.job_id, claim.token)
+
 
 class _Backoff:
     """Exponential backoff with full jitter for retrying an unreachable server."""
@@ -107,9 +113,11 @@ class Consumer:
         self.lost = 0
         self.released = 0
         self._ready: asyncio.Queue[Claim] = asyncio.Queue()
-        self._held: dict[str, Claim] = {}  # claimed and not yet finished: ready or running
-        self._running: dict[str, asyncio.Task[Any]] = {}
-        self._lost: set[str] = set()
+        # Keyed by (job_id, token), not job_id: after a lost lease the same job can come
+        # back to this very consumer under a new token while the old attempt unwinds.
+        self._held: dict[_Key, Claim] = {}  # claimed and not yet finished: ready or running
+        self._running: dict[_Key, asyncio.Task[Any]] = {}
+        self._lost: set[_Key] = set()
         self._room = asyncio.Event()
         self._outbox: list[tuple[str, int, Any, asyncio.Future[bool]]] = []
         self._outbox_ready = asyncio.Event()
@@ -119,9 +127,14 @@ class Consumer:
     # -- public -----------------------------------------------------------
 
     @property
-    def in_flight(self) -> dict[str, Claim]:
+    def in_flight(self) -> list[Claim]:
         """Jobs this consumer holds right now (running or prefetched)."""
-        return dict(self._held)
+        return list(self._held.values())
+
+    @property
+    def running(self) -> list[Claim]:
+        """Jobs whose handler is running right now."""
+        return [self._held[k] for k in self._running if k in self._held]
 
     def stop(self) -> None:
         """Ask for a clean stop: claim nothing more, let running handlers finish within
@@ -194,7 +207,7 @@ class Consumer:
                 await backoff.sleep()
                 continue
             for claim in got.claims:
-                self._held[claim.job_id] = claim
+                self._held[_key(claim)] = claim
                 self._ready.put_nowait(claim)
             if len(got.claims) < asked:
                 await self._park(got)
@@ -214,23 +227,24 @@ class Consumer:
     async def _run_slot(self) -> None:
         while True:
             claim = await self._ready.get()
-            if claim.job_id in self._lost:
+            if _key(claim) in self._lost:
                 self._forget(claim)
                 continue
             await self._process(claim)
 
     async def _process(self, claim: Claim) -> None:
+        key = _key(claim)
         task = asyncio.create_task(self.handler(claim), name=f"handler-{claim.job_id}")
-        self._running[claim.job_id] = task
+        self._running[key] = task
         try:
             try:
                 result = await task
             except asyncio.CancelledError:
                 me = asyncio.current_task()
-                if claim.job_id in self._lost and not (me and me.cancelling()):
+                if key in self._lost and not (me and me.cancelling()):
                     return  # the lease went to someone else: no side effect of ours counts
                 raise
-            except Exception as e:  # the handler failed: schedule a retry or dead-letter
+            except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter
                 await self._fail(claim, e)
                 return
             if await self._complete(claim, result):
@@ -238,12 +252,12 @@ class Consumer:
             else:
                 self.stale += 1
         finally:
-            self._running.pop(claim.job_id, None)
+            self._running.pop(key, None)
             self._forget(claim)
 
     def _forget(self, claim: Claim) -> None:
-        self._held.pop(claim.job_id, None)
-        self._lost.discard(claim.job_id)
+        self._held.pop(_key(claim), None)
+        self._lost.discard(_key(claim))
         self._room.set()
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
@@ -283,7 +297,7 @@ class Consumer:
                 except TRANSIENT as e:
                     log.warning("complete failed (%s); retrying", e)
                     await backoff.sleep()
-                except Exception as e:  # e.g. an unserialisable result: fail those jobs
+                except Exception as e:  # noqa: BLE001 - e.g. an unserialisable result
                     for *_, fut in items:
                         if not fut.done():
                             fut.set_exception(e)
@@ -313,10 +327,11 @@ class Consumer:
             [(c.job_id, c.token) for c in held], self.lease_ms
         )
         for claim, ok in zip(held, verdicts, strict=True):
-            if not ok and claim.job_id in self._held:
+            key = _key(claim)
+            if not ok and key in self._held and key not in self._lost:
                 self.lost += 1
-                self._lost.add(claim.job_id)
-                task = self._running.get(claim.job_id)
+                self._lost.add(key)
+                task = self._running.get(key)
                 if task is not None:
                     task.cancel()  # stop a stale attempt's side effects at once
                 log.warning("lease of %s lost; handler cancelled", claim.job_id)
@@ -326,7 +341,7 @@ class Consumer:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "state": "busy" if self._running else "idle",
-            "jobs": ",".join(self._running),
+            "jobs": ",".join(job_id for job_id, _ in self._running),
             "jobs_done": self.completed,
         }
         if self.meta is not None:
@@ -345,20 +360,21 @@ class Consumer:
             await self._release(claim)
         if self._running:
             await asyncio.wait(list(self._running.values()), timeout=self.grace_ms / 1000)
-        for job_id, task in list(self._running.items()):
-            claim = self._held.get(job_id)
+        for key, task in list(self._running.items()):
+            if task.done():
+                continue  # finished in time: its completion (or failure) is on its way
+            claim = self._held.get(key)
+            self._lost.add(key)  # our handler must not count any more
             task.cancel()
             if claim is not None:
-                self._lost.add(job_id)  # our handler must not count any more
                 await self._release(claim)
-        # Let in-flight completions land before the flusher is cancelled.
-        for _ in range(100):
-            if not self._outbox and not self._running:
-                break
+        # Let the finished jobs' completions land before the flusher is cancelled.
+        deadline = asyncio.get_running_loop().time() + 10
+        while self._running and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
 
     async def _release(self, claim: Claim) -> None:
         with contextlib.suppress(*TRANSIENT):
             if await self.queue.jobs.release(claim.job_id, claim.token):
                 self.released += 1
-        self._held.pop(claim.job_id, None)
+        self._held.pop(_key(claim), None)

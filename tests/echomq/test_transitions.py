@@ -208,7 +208,7 @@ async def test_reap_returns_expired_lease_to_its_lane(q: echomq.Queue) -> None:
 async def test_poison_job_is_delivered_max_attempts_times_then_dead(q: echomq.Queue) -> None:
     jid = await q.lanes.enqueue("poison", "x", max_attempts=3)
     deliveries = 0
-    while (c := await q.lanes.claim("w", 50)) is not None:
+    while await q.lanes.claim("w", 50) is not None:
         deliveries += 1
         await asyncio.sleep(0.06)  # the worker "dies": the lease runs out
         await q.stalled.reap()

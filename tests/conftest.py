@@ -1,0 +1,53 @@
+"""Fixtures shared by the whole suite: one real Valkey per session, a client per test.
+
+Tests share the session server and isolate themselves by queue name (``queue_name``), never
+by FLUSHALL. A test that needs to stop, kill or reconfigure a server starts its own
+``EmbeddedValkey`` in ``tmp_path`` instead of touching this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from uuid import uuid4
+
+import pytest
+import redis.asyncio
+
+from echomq.server import EmbeddedValkey
+
+
+@pytest.fixture(scope="session")
+def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]:
+    """The session's real valkey-server, with the production durability dial.
+
+    appendfsync "always" costs ~0.2 ms per write against ~0.09 ms for "everysec" on the dev
+    machine (sequential round trips; pipelined the gap nearly vanishes), which is not enough
+    to trade away testing what we ship.
+    """
+    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey"), appendfsync="always")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_url(valkey_server: EmbeddedValkey) -> str:
+    return valkey_server.url
+
+
+@pytest.fixture
+async def redis_conn(valkey_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """A fresh asyncio client (bytes in, bytes out) on the session server, closed after."""
+    conn = redis.asyncio.Redis.from_url(valkey_url, decode_responses=False)
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name no other test uses, so tests never need to FLUSHALL."""
+    return f"t{uuid4().hex[:10]}"
