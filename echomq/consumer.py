@@ -53,6 +53,17 @@ def _key(claim: Claim) -> _Key:
     return (claim.job_id, claim.token)
 
 
+def _blocking_twin(conn: Any) -> Any:
+    """A one-connection client like ``conn`` but with no socket timeout, for BLPOP: a
+    blocked connection must neither sit in the shared pool nor trip its read timeout."""
+    pool = getattr(conn, "connection_pool", None)
+    if pool is None or not hasattr(pool, "connection_kwargs"):
+        return conn  # e.g. a cluster client: its own pool routes the blocking call
+    kwargs = dict(pool.connection_kwargs, socket_timeout=None)
+    twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
+    return type(conn).from_pool(twin_pool)
+
+
 class _Backoff:
     """Exponential backoff with full jitter for retrying an unreachable server."""
 
@@ -118,11 +129,14 @@ class Consumer:
         self._held: dict[_Key, Claim] = {}  # claimed and not yet finished: ready or running
         self._running: dict[_Key, asyncio.Task[Any]] = {}
         self._lost: set[_Key] = set()
+        self._finishing: set[_Key] = set()  # completion queued or in flight
         self._room = asyncio.Event()
         self._outbox: list[tuple[str, int, Any, asyncio.Future[bool]]] = []
         self._outbox_ready = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._stopping = asyncio.Event()  # stop(): claim no more, drain
+        self._closing = asyncio.Event()  # drained: background loops end
         self._claimer: asyncio.Task[None] | None = None
+        self._park_conn: Any = None
 
     # -- public -----------------------------------------------------------
 
@@ -139,9 +153,10 @@ class Consumer:
     def stop(self) -> None:
         """Ask for a clean stop: claim nothing more, let running handlers finish within
         ``grace_ms``, release whatever is left, leave the registry."""
+        # An event, not a cancel: a cancel landing inside the client library mid-command
+        # can be swallowed there, after which the claimer would park on with no one to
+        # wake it. The claimer watches this event wherever it waits.
         self._stopping.set()
-        if self._claimer is not None:
-            self._claimer.cancel()
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
@@ -166,15 +181,15 @@ class Consumer:
         ]
         self._claimer = asyncio.create_task(self._claim_loop(), name="claimer")
         try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._claimer
-            if not self._stopping.is_set():  # the claimer died of a bug: surface it
-                self._claimer.result()
+            await self._claimer  # returns once stop() was called; raises if it died of a bug
             await self._drain(runners)
         finally:
+            self._closing.set()
             for t in runners + background:
                 t.cancel()
-            await asyncio.gather(*runners, *background, return_exceptions=True)
+            _, stuck = await asyncio.wait(runners + background, timeout=5)
+            for t in stuck:  # should not happen; never let shutdown hang on it
+                log.error("task %s did not stop", t.get_name())
             if owns_reaper:
                 _REAPERS.discard(self.queue.name)
             if install_signal_handlers:
@@ -182,6 +197,9 @@ class Consumer:
                     loop.remove_signal_handler(sig)
             with contextlib.suppress(*TRANSIENT):
                 await self.queue.unregister(self.worker_id)
+            if self._park_conn is not None and self._park_conn is not self.queue.conn:
+                await self._park_conn.aclose()
+                self._park_conn = None
 
     # -- claiming -----------------------------------------------------------
 
@@ -196,7 +214,7 @@ class Consumer:
             room = self.concurrency + self.prefetch - len(self._held)
             if room <= 0:
                 self._room.clear()
-                await self._room.wait()
+                await self._until(self._room.wait())
                 continue
             asked = min(room, self.batch)
             try:
@@ -216,11 +234,34 @@ class Consumer:
         timeout_ms = self.park_max_ms
         if got.next_due_ms is not None:
             timeout_ms = min(timeout_ms, max(10, got.next_due_ms - got.server_now_ms))
+        if self._park_conn is None:
+            self._park_conn = _blocking_twin(self.queue.conn)
         try:
-            await self.queue.conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
+            parked = self._park_conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
+            if not await self._until(parked):
+                # Stopping mid-BLPOP: drop the blocked connection rather than trust the
+                # cancelled read to leave it clean.
+                await self._park_conn.aclose()
+                self._park_conn = None
         except TRANSIENT as e:
             log.warning("park failed (%s)", e)
-            await asyncio.sleep(min(1.0, timeout_ms / 1000))
+            await self._until(asyncio.sleep(min(1.0, timeout_ms / 1000)))
+
+    async def _until(self, aw: Awaitable[Any]) -> bool:
+        """Await ``aw`` unless stop() comes first; True when ``aw`` finished."""
+        task = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            return False
+        task.result()  # surface errors (TRANSIENT ones are handled by the caller)
+        return True
 
     # -- running --------------------------------------------------------------
 
@@ -245,6 +286,7 @@ class Consumer:
                     return  # the lease went to someone else: no side effect of ours counts
                 raise
             except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter
+                self._finishing.add(key)
                 await self._fail(claim, e)
                 return
             if await self._complete(claim, result):
@@ -253,6 +295,7 @@ class Consumer:
                 self.stale += 1
         finally:
             self._running.pop(key, None)
+            self._finishing.discard(key)
             self._forget(claim)
 
     def _forget(self, claim: Claim) -> None:
@@ -278,9 +321,16 @@ class Consumer:
 
     async def _complete(self, claim: Claim, result: Any) -> bool:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # From here on the lease keeper leaves the job alone: an extend racing the
+        # completion on another connection would report a lease "lost" that was simply
+        # finished.
+        self._finishing.add(_key(claim))
         self._outbox.append((claim.job_id, claim.token, result, fut))
         self._outbox_ready.set()
-        return await fut
+        try:
+            return await fut
+        finally:
+            self._finishing.discard(_key(claim))
 
     async def _flush_loop(self) -> None:
         """Send finished jobs' completions in pipelined batches: whatever piled up while
@@ -312,15 +362,19 @@ class Consumer:
     # -- leases, heartbeat, reaper ----------------------------------------------
 
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]]) -> None:
-        while True:
+        # Loops on a flag as well as on cancellation: a cancel that lands inside the client
+        # library mid-command can be swallowed there, and the loop must still end.
+        while not self._closing.is_set():
             try:
                 await fn()
             except TRANSIENT as e:
                 log.warning("%s failed (%s)", fn.__name__, e)
-            await asyncio.sleep(interval_ms / 1000 * random.uniform(0.9, 1.1))
+            pause = interval_ms / 1000 * random.uniform(0.9, 1.1)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), pause)
 
     async def _keep_leases(self) -> None:
-        held = list(self._held.values())
+        held = [c for k, c in self._held.items() if k not in self._finishing]
         if not held:
             return
         verdicts = await self.queue.jobs.extend_many(
@@ -328,7 +382,7 @@ class Consumer:
         )
         for claim, ok in zip(held, verdicts, strict=True):
             key = _key(claim)
-            if not ok and key in self._held and key not in self._lost:
+            if not ok and key in self._held and key not in self._lost | self._finishing:
                 self.lost += 1
                 self._lost.add(key)
                 task = self._running.get(key)
