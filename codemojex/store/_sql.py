@@ -1,0 +1,33 @@
+"""Small helpers shared by the repository modules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+def upsert_insert(conn: AsyncConnection, table: Any) -> Any:
+    """The backend's own ``INSERT`` construct, which has ``on_conflict_do_*``.
+
+    Idempotency rests on ``ON CONFLICT``, which has no portable spelling; SQLite and
+    PostgreSQL happen to share the same SQLAlchemy API for it.
+    """
+    name = conn.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise NotImplementedError(f"the durable floor supports sqlite and postgresql, not {name}")
+
+
+def dump_list(items: Sequence[str]) -> str:
+    # ensure_ascii=False keeps emojis readable in the database (both backends are UTF-8).
+    return json.dumps(list(items), ensure_ascii=False)
+
+
+def load_list(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))

@@ -1,0 +1,119 @@
+"""Dead jobs on the durable floor, where operators retry or discard them.
+
+A row is *open* while the job is dead and nobody has acted on it; retrying stamps
+``retried_at_ms``, discarding sets ``discarded``. Both are kept as history rather than
+deleted, and a job that dies again after a retry reopens its row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from codemojex.store._sql import upsert_insert
+from codemojex.store.models import DeadJobRow
+from codemojex.store.records import DeadJob
+
+__all__ = ["delete_dead", "get_dead", "list_dead", "mark_dead_retried", "upsert_dead"]
+
+_OPEN = (DeadJobRow.retried_at_ms.is_(None), DeadJobRow.discarded.is_(False))
+
+
+async def upsert_dead(
+    engine: AsyncEngine,
+    *,
+    job_id: str,
+    queue: str,
+    lane: str | None,
+    payload: str | Mapping[str, Any],
+    error: str | None,
+    reason: str | None,
+    attempts: int,
+    died_at_ms: int,
+) -> bool:
+    """Record that ``job_id`` died. True iff this recorded a new death.
+
+    Idempotent per death: the same death reported twice (an event handled twice, say
+    after an operator already retried the job) changes nothing. A later death of the same
+    job — after a retry — has a higher ``attempts`` (EchoMQ's attempts never decrease and
+    every death follows a delivery), so it replaces the row and reopens it.
+    """
+    payload_text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    values = {
+        "job_id": job_id,
+        "queue": queue,
+        "lane": lane,
+        "payload": payload_text,
+        "error": error,
+        "reason": reason,
+        "attempts": attempts,
+        "died_at_ms": died_at_ms,
+        "retried_at_ms": None,
+        "discarded": False,
+    }
+    async with engine.begin() as conn:
+        stmt = upsert_insert(conn, DeadJobRow).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["job_id"],
+            set_={k: v for k, v in values.items() if k != "job_id"},
+            where=stmt.excluded.attempts > DeadJobRow.attempts,
+        ).returning(DeadJobRow.job_id)
+        return (await conn.execute(stmt)).first() is not None
+
+
+async def list_dead(
+    engine: AsyncEngine, limit: int = 100, *, include_handled: bool = False
+) -> list[DeadJob]:
+    """Dead jobs, newest death first; only open ones unless ``include_handled``."""
+    stmt = select(DeadJobRow).order_by(DeadJobRow.died_at_ms.desc(), DeadJobRow.job_id.desc())
+    if not include_handled:
+        stmt = stmt.where(*_OPEN)
+    async with engine.connect() as conn:
+        return [_dead(row) for row in await conn.execute(stmt.limit(limit))]
+
+
+async def get_dead(engine: AsyncEngine, job_id: str) -> DeadJob | None:
+    """The row for ``job_id`` in any state (check ``retried_at_ms`` / ``discarded``)."""
+    async with engine.connect() as conn:
+        row = (await conn.execute(select(DeadJobRow).where(DeadJobRow.job_id == job_id))).first()
+    return _dead(row) if row is not None else None
+
+
+async def mark_dead_retried(engine: AsyncEngine, job_id: str, now_ms: int) -> bool:
+    """Stamp an open dead job as retried. False if unknown, already retried or discarded."""
+    return await _close(engine, job_id, retried_at_ms=now_ms)
+
+
+async def delete_dead(engine: AsyncEngine, job_id: str) -> bool:
+    """Discard an open dead job (kept as history). False if unknown or not open."""
+    return await _close(engine, job_id, discarded=True)
+
+
+async def _close(engine: AsyncEngine, job_id: str, **values: Any) -> bool:
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            update(DeadJobRow)
+            .where(DeadJobRow.job_id == job_id, *_OPEN)
+            .values(**values)
+            .returning(DeadJobRow.job_id)
+        )
+        return result.first() is not None
+
+
+def _dead(row: Any) -> DeadJob:
+    return DeadJob(
+        job_id=row.job_id,
+        queue=row.queue,
+        lane=row.lane,
+        payload=row.payload,
+        error=row.error,
+        reason=row.reason,
+        attempts=row.attempts,
+        died_at_ms=row.died_at_ms,
+        retried_at_ms=row.retried_at_ms,
+        discarded=bool(row.discarded),
+    )
