@@ -1,0 +1,93 @@
+"""Configuration: flags override ``CODEMOJEX_*`` environment variables override defaults.
+
+Defaults serve the embedded single-machine game (``codemojex up``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from codemojex.rules import DEFAULT_LENGTH, DEFAULT_PALETTE
+
+GUESS_QUEUE = "guesses"
+ROUND_QUEUE = "rounds"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    valkey_url: str | None = None  # None: `up` starts the embedded server
+    database_url: str | None = None  # None: SQLite in data_dir
+    data_dir: Path = Path(".codemojex")
+    round_seconds: int = 120
+    score_delay_ms: int = 0
+    lane_cap: int = 100  # guesses a player may have accepted and not yet scored
+    length: int = DEFAULT_LENGTH
+    palette: tuple[str, ...] = DEFAULT_PALETTE
+    lease_ms: int = 10_000
+    lapse_ms: int = 3_000  # heartbeat lapse after which a worker's jobs are reclaimed
+    reap_interval_ms: int = 1_000
+    concurrency: int = 4  # handlers per worker process
+    fifo: bool = False  # serve guesses from one FIFO queue instead of fair lanes
+    admin_token: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    appendfsync: str = "always"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 2
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Config:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"CODEMOJEX_{f.name.upper()}")
+            if raw is None or f.name == "extra":
+                continue
+            if f.name == "palette":
+                values[f.name] = tuple(raw.split())
+            elif f.name == "allowed_origins":
+                values[f.name] = tuple(o for o in raw.replace(",", " ").split() if o)
+            elif f.name == "fifo":
+                values[f.name] = raw.lower() in ("1", "true", "yes")
+            elif f.name == "data_dir":
+                values[f.name] = Path(raw)
+            elif f.type in ("int",):
+                values[f.name] = int(raw)
+            else:
+                values[f.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> Config:
+        return replace(self, **changes)
+
+    @property
+    def sql_url(self) -> str:
+        from codemojex.store import sqlite_url
+
+        return self.database_url or sqlite_url(self.data_dir)
+
+    def resolve_admin_token(self) -> str:
+        """``CODEMOJEX_ADMIN_TOKEN`` if set, else the one generated once into the data dir."""
+        if self.admin_token:
+            return self.admin_token
+        path = self.data_dir / "admin_token"
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(24)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(token + "\n")
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)  # atomic create-if-absent: concurrent starters agree on one
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path.read_text().strip()

@@ -1,0 +1,77 @@
+"""Orders that travel through Valkey to a worker process or its supervisor, wherever it runs.
+
+* kill: ``RPUSH cmx:{workers}:kill:<worker_id>``; the worker process BLPOPs its own key
+  and SIGKILLs itself at once — mid-score if it is scoring, exactly as a crash would.
+* spawn: ``RPUSH cmx:{workers}:spawn:<supervisor_id>``; a supervisor BLPOPs its key and
+  starts one more worker.
+* exits: supervisors record why each worker died, for the admin page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+PREFIX = "cmx:{workers}:"
+SUPERVISORS = PREFIX + "supervisors"  # hash supervisor_id -> JSON {pid, host, beat_ms}
+EXITS = PREFIX + "exits"  # hash worker_id -> JSON {reason, at_ms, pid}
+KNOWN = PREFIX + "known"  # sorted set worker_id -> first seen (ms): dead ones stay listed
+SUPERVISOR_TTL_MS = 5_000
+KNOWN_KEEP = 200
+
+
+def kill_key(worker_id: str) -> str:
+    return f"{PREFIX}kill:{worker_id}"
+
+
+def spawn_key(supervisor_id: str) -> str:
+    return f"{PREFIX}spawn:{supervisor_id}"
+
+
+async def order_kill(conn: Any, worker_id: str) -> None:
+    pipe = conn.pipeline(transaction=True)
+    pipe.rpush(kill_key(worker_id), "kill")
+    pipe.expire(kill_key(worker_id), 60)  # an order for a worker that is gone must not linger
+    await pipe.execute()
+
+
+async def record_exit(conn: Any, worker_id: str, reason: str, pid: int | None) -> None:
+    await conn.hset(EXITS, worker_id, orjson.dumps(
+        {"reason": reason, "at_ms": await server_ms(conn), "pid": pid}))
+
+
+async def exits(conn: Any) -> dict[str, dict[str, Any]]:
+    raw = await conn.hgetall(EXITS)
+    return {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in raw.items()}
+
+
+async def remember_worker(conn: Any, worker_id: str) -> None:
+    pipe = conn.pipeline(transaction=False)
+    pipe.zadd(KNOWN, {worker_id: await server_ms(conn)}, nx=True)
+    pipe.zremrangebyrank(KNOWN, 0, -KNOWN_KEEP - 1)
+    await pipe.execute()
+
+
+async def server_ms(conn: Any) -> int:
+    secs, micros = await conn.time()
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+async def beat_supervisor(conn: Any, supervisor_id: str, pid: int, host: str) -> None:
+    """Supervisors beat about once a second, stamped on the server clock."""
+    await conn.hset(SUPERVISORS, supervisor_id, orjson.dumps(
+        {"pid": pid, "host": host, "beat_ms": await server_ms(conn)}))
+
+
+async def live_supervisor(conn: Any) -> str | None:
+    """A supervisor that beat within the last few seconds, if any."""
+    now = await server_ms(conn)
+    for sid, raw in (await conn.hgetall(SUPERVISORS)).items():
+        if now - orjson.loads(raw)["beat_ms"] < SUPERVISOR_TTL_MS:
+            return sid.decode() if isinstance(sid, bytes) else sid
+    return None
+
+
+async def order_spawn(conn: Any, supervisor_id: str, worker_id: str) -> None:
+    await conn.rpush(spawn_key(supervisor_id), worker_id)

@@ -1,0 +1,313 @@
+"""``Game``: the game's services over one Valkey connection and one SQL engine.
+
+The web layer and the worker processes both build one; it holds no state of its own
+beyond caches of immutable things (rounds).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import echomq
+from codemojex import control, store
+from codemojex.config import GUESS_QUEUE, Config
+from codemojex.errors import Conflict, JobNotFound, NotYourGuess, RoundNotFound, Unauthorized
+from codemojex.guesses import Accepted, Guesses
+from codemojex.rounds import RoundInfo, Rounds
+from codemojex.rules import validate_name
+
+log = logging.getLogger("codemojex.game")
+
+
+@dataclass(frozen=True, slots=True)
+class NewPlayer:
+    player_id: str
+    name: str
+    token: str  # shown once; only its hash is stored
+
+
+class Game:
+    def __init__(self, conn: redis.asyncio.Redis, engine: AsyncEngine, config: Config) -> None:
+        self.conn = conn
+        self.engine = engine
+        self.config = config
+        self.queue = echomq.Queue(conn, GUESS_QUEUE)
+        self.rounds = Rounds(conn, engine, config)
+        self.guesses = Guesses(self.queue, self.rounds, config)
+
+    @classmethod
+    def connect(cls, config: Config) -> Game:
+        assert config.valkey_url, "valkey_url is required"
+        conn = redis.asyncio.Redis.from_url(
+            config.valkey_url, socket_timeout=5, socket_connect_timeout=2,
+            health_check_interval=10,
+        )
+        return cls(conn, store.make_engine(config.sql_url), config)
+
+    async def close(self) -> None:
+        await self.conn.aclose()
+        await self.engine.dispose()
+
+    # -- players -------------------------------------------------------------
+
+    async def create_player(self, name: object) -> NewPlayer:
+        clean = validate_name(name)
+        token = secrets.token_urlsafe(24)
+        player = await store.create_player(
+            self.engine, clean, store.hash_token(token), await self.queue.server_time_ms()
+        )
+        return NewPlayer(player.player_id, player.name, token)
+
+    async def authenticate(self, token: str | None) -> store.Player:
+        """The player owning ``token``; :class:`Unauthorized` otherwise. Only hashes are
+        stored and compared, in constant time."""
+        if not token or len(token) > 256:
+            raise Unauthorized("a valid player token is required")
+        wanted = store.hash_token(token)
+        player = await store.player_by_token_hash(self.engine, wanted)
+        if player is None or not hmac.compare_digest(player.token_hash, wanted):
+            raise Unauthorized("a valid player token is required")
+        return player
+
+    # -- rounds ------------------------------------------------------------------
+
+    async def current_round(self) -> tuple[RoundInfo, int]:
+        """The current round (opening the first one if none exists) and server now."""
+        info = await self.rounds.current()
+        if info is None:
+            info = await self.rounds.ensure()
+        return info, await self.queue.server_time_ms()
+
+    async def round_view(self, round_id: str) -> dict[str, Any]:
+        info = await self.rounds.get(round_id)
+        if info is None:
+            raise RoundNotFound(f"no round {round_id}")
+        now = await self.queue.server_time_ms()
+        out = info.public(now)
+        if out["state"] == "closed":
+            out["solvers"] = await store.round_solvers(self.engine, round_id)
+        return out
+
+    # -- guesses -----------------------------------------------------------------
+
+    async def submit(self, player_id: str, round_id: str, guess: object,
+                     idempotency_key: str | None = None) -> Accepted:
+        return await self.guesses.submit(player_id, round_id, guess, idempotency_key)
+
+    async def guess_view(self, player_id: str, job_id: str) -> dict[str, Any]:
+        """One of the player's own guesses, with EchoMQ's state and the score if any."""
+        info = await self.queue.jobs.get(job_id)
+        score = await store.score_by_job(self.engine, job_id)
+        if info is None and score is None:
+            raise JobNotFound(f"no guess {job_id}")
+        owner = score.player_id if score else info.payload.get("player_id")  # type: ignore[union-attr]
+        if owner != player_id:
+            raise NotYourGuess("that guess belongs to another player")
+        return _guess_view(job_id, info, score)
+
+    async def guesses_of(self, player_id: str, round_id: str) -> list[dict[str, Any]]:
+        """The player's guesses in a round: scored ones from SQL, pending ones from Valkey."""
+        scores = {s.job_id: s for s in await store.scores_for(self.engine, player_id, round_id)}
+        pending = await self._pending_of(player_id, round_id)
+        out = [_guess_view(s.job_id, pending.pop(s.job_id, None), s) for s in scores.values()]
+        out += [_guess_view(jid, info, None) for jid, info in pending.items()]
+        return sorted(out, key=lambda g: g["seq"])
+
+    async def _pending_of(self, player_id: str, round_id: str) -> dict[str, echomq.JobInfo]:
+        lane = "fifo" if self.config.fifo else player_id
+        ids = [x.decode() for x in await self.conn.zrange(self.queue.keys.lane(lane), 0, -1)]
+        # active / scheduled ones of this player are found through the active + scheduled sets
+        for key in (self.queue.keys.active, self.queue.keys.scheduled):
+            ids += [x.decode() for x in await self.conn.zrange(key, 0, -1)]
+        out: dict[str, echomq.JobInfo] = {}
+        for jid in ids:
+            info = await self.queue.jobs.get(jid)
+            if (info and info.payload.get("player_id") == player_id
+                    and info.payload.get("round_id") == round_id):
+                out[jid] = info
+        return out
+
+    async def leaderboard(self, round_id: str | None = None) -> list[dict[str, Any]]:
+        if round_id is not None and await self.rounds.get(round_id) is None:
+            raise RoundNotFound(f"no round {round_id}")
+        return await store.leaderboard(self.engine, round_id=round_id)
+
+    # -- operations ----------------------------------------------------------------
+
+    async def health(self) -> dict[str, bool]:
+        out = {"valkey": False, "sql": False}
+        try:
+            out["valkey"] = bool(await self.conn.ping())
+        except Exception as e:  # noqa: BLE001 - any failure means "not healthy"
+            log.info("health: valkey unavailable: %s", e)
+        try:
+            await store.latest_round(self.engine)
+            out["sql"] = True
+        except Exception as e:  # noqa: BLE001
+            log.info("health: sql unavailable: %s", e)
+        return out
+
+    async def workers(self) -> list[dict[str, Any]]:
+        """Every worker known recently: alive ones from the registry, dead ones with why."""
+        alive = {w.worker_id: w for w in await self.queue.workers()}
+        known = [x.decode() for x in await self.conn.zrange(control.KNOWN, 0, -1)]
+        exits = await control.exits(self.conn)
+        now = await self.queue.server_time_ms()
+        out = []
+        for wid in dict.fromkeys([*known, *alive]):
+            w = alive.get(wid)
+            meta = w.meta if w else {
+                k.decode(): v.decode() for k, v in
+                (await self.conn.hgetall(self.queue.keys.worker(wid))).items()}
+            job_id = meta.get("job_id") or None
+            lease_ms = None
+            if w and job_id:
+                info = await self.queue.jobs.get(job_id)
+                if info and info.state == "active" and info.worker_id == wid and info.lease_until_ms:
+                    lease_ms = max(0, info.lease_until_ms - now)
+            ex = exits.get(wid)
+            out.append({
+                "worker_id": wid,
+                "pid": int(meta["pid"]) if meta.get("pid") else None,
+                "host": meta.get("host"),
+                "state": (meta.get("state") or "idle") if w else "dead",
+                "job_id": job_id if w else None,
+                "lease_remaining_ms": lease_ms,
+                "jobs_done": int(meta.get("scored") or meta.get("jobs_done") or 0),
+                "alive": w is not None,
+                "exit_reason": ex["reason"] if ex else (
+                    None if w else ("stopped" if meta.get("stopped") else "heartbeat lapsed")),
+            })
+        return out
+
+
+def _guess_view(job_id: str, info: echomq.JobInfo | None,
+                score: store.ScoreRecord | None) -> dict[str, Any]:
+    if score is not None:
+        return {
+            "job_id": job_id, "round_id": score.round_id, "seq": score.seq,
+            "guess": list(score.guess), "state": info.state if info else "completed",
+            "attempts": info.attempts if info else score.attempts,
+            "score": {"exact": score.exact, "near": score.near, "solved": score.solved,
+                      "points": score.points},
+        }
+    assert info is not None
+    return {
+        "job_id": job_id, "round_id": info.payload.get("round_id"), "seq": info.seq,
+        "guess": info.payload.get("guess"), "state": info.state, "attempts": info.attempts,
+        "score": None,
+    }
+
+
+class Admin:
+    """Operator actions (admin API). Takes the Game it acts on."""
+
+    def __init__(self, game: Game) -> None:
+        self.game = game
+        self.queue = game.queue
+        self.conn = game.conn
+
+    async def queue_view(self) -> dict[str, Any]:
+        s = await self.queue.stats()
+        c = s["counters"]
+        counters = {
+            "accepted": c.get("enqueued", 0),
+            "scored": c.get("completed", 0),
+            "stale_refused": sum(s["refused"].values()),
+            "reclaimed": c.get("reaped", 0),
+            "failed": c.get("failed", 0),
+            "dead": c.get("dead", 0),
+            "retried": c.get("retried", 0),
+            "released": c.get("released", 0),
+        }
+        lanes = sorted(s["lanes"].items(), key=lambda kv: -kv[1])
+        return {
+            "pending": s["pending"], "active": s["active"], "scheduled": s["scheduled"],
+            "completed": s["completed"], "dead": s["dead"],
+            "lanes": [{"lane": lane, "depth": d} for lane, d in lanes],
+            "counters": counters,
+        }
+
+    async def archive_dead(self) -> int:
+        """Copy dead jobs not yet on the durable floor into SQL; returns how many."""
+        moved = 0
+        for info in await self.queue.jobs.dead(limit=200):
+            # upsert_dead records each death once: the same attempts is a no-op, a job that
+            # died again after a retry (higher attempts) reopens its row.
+            moved += await store.upsert_dead(
+                self.game.engine, job_id=info.job_id, queue=self.queue.name, lane=info.lane,
+                payload=_json(info.payload), error=info.error, reason=info.reason,
+                attempts=info.attempts, died_at_ms=info.finished_at_ms or 0,
+            )
+        return moved
+
+    async def dead_jobs(self) -> list[dict[str, Any]]:
+        await self.archive_dead()
+        rows = await store.list_dead(self.game.engine)
+        return [{
+            "job_id": d.job_id, "lane": d.lane, "payload": _loads(d.payload), "error": d.error,
+            "reason": d.reason, "attempts": d.attempts, "died_at": d.died_at_ms,
+            "retried_at": d.retried_at_ms,
+        } for d in rows]
+
+    async def retry_dead(self, job_id: str) -> None:
+        row = await store.get_dead(self.game.engine, job_id)
+        if row is None or row.discarded:
+            raise JobNotFound(f"no dead job {job_id}")
+        if row.retried_at_ms is not None:
+            raise Conflict("that dead job was already retried")
+        try:
+            await self.queue.jobs.retry_dead(job_id)
+        except echomq.JobNotFound:
+            raise Conflict("the job is no longer held by the queue") from None
+        except echomq.InvalidState:
+            raise Conflict("the job is not dead any more") from None
+        await store.mark_dead_retried(self.game.engine, job_id,
+                                      await self.queue.server_time_ms())
+
+    async def discard_dead(self, job_id: str) -> None:
+        if not await store.delete_dead(self.game.engine, job_id):
+            raise JobNotFound(f"no dead job {job_id}")
+        try:
+            await self.queue.jobs.discard(job_id)
+        except (echomq.JobNotFound, echomq.InvalidState):
+            pass  # already gone from Valkey (or retried meanwhile): the floor row is what counts
+
+    async def kill_worker(self, worker_id: str) -> None:
+        workers = {w["worker_id"]: w for w in await self.game.workers()}
+        w = workers.get(worker_id)
+        if w is None:
+            raise JobNotFound(f"no worker {worker_id}")
+        if not w["alive"]:
+            raise Conflict(f"{worker_id} is already dead")
+        await control.order_kill(self.conn, worker_id)
+
+    async def add_worker(self) -> str:
+        sid = await control.live_supervisor(self.conn)
+        if sid is None:
+            raise Conflict("no supervisor runs here: start workers with `codemojex up`")
+        worker_id = echomq.worker_id()
+        await control.order_spawn(self.conn, sid, worker_id)
+        return worker_id
+
+
+def _json(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _loads(raw: str) -> Any:
+    import orjson
+
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw

@@ -1,0 +1,172 @@
+"""Rounds: open for ``round_seconds`` on the Valkey server clock, rotated by a delayed job.
+
+When a round opens, a delayed EchoMQ job is enqueued on the ``rounds`` queue, due at its
+close. Whichever worker claims that job swaps the current round for a new one with a
+compare-and-set script (``lua/open_round.lua``), so however many web and worker
+processes run — and however often the close job is delivered — exactly one round
+follows each close. A crash between the swap and enqueueing the next close job heals
+itself: the redelivered close job (or :meth:`Rounds.ensure`) finds the successor
+already open and enqueues its close job, idempotently by its pre-minted id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import echomq
+from codemojex import store
+from codemojex.config import Config
+from codemojex.rules import new_secret
+
+KEY_CURRENT = "cmx:{rounds}:current"
+# A close handled this long after closes_at means the game was down: open a fresh round
+# now rather than a back-dated one that would already be over (no catch-up).
+DOWNTIME_TOLERANCE_MS = 5_000
+
+_OPEN_ROUND = (Path(__file__).with_name("lua") / "open_round.lua").read_text()
+
+
+def round_key(round_id: str) -> str:
+    return f"cmx:{{rounds}}:round:{round_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundInfo:
+    round_id: str
+    length: int
+    palette: tuple[str, ...]
+    secret: tuple[str, ...]
+    opens_at_ms: int
+    closes_at_ms: int
+    close_job: str = ""
+    prev: str = ""
+
+    def is_open(self, now_ms: int) -> bool:
+        return self.opens_at_ms <= now_ms < self.closes_at_ms
+
+    def public(self, now_ms: int) -> dict[str, Any]:
+        """The round as anyone may see it: the secret only once it is closed."""
+        closed = now_ms >= self.closes_at_ms
+        out: dict[str, Any] = {
+            "round_id": self.round_id,
+            "length": self.length,
+            "palette": list(self.palette),
+            "opens_at": self.opens_at_ms,
+            "closes_at": self.closes_at_ms,
+            "state": "closed" if closed else "open",
+        }
+        if closed:
+            out["secret"] = list(self.secret)
+        return out
+
+    @classmethod
+    def from_hash(cls, row: dict[Any, Any]) -> RoundInfo:
+        g = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+             for k, v in row.items()}
+        return cls(
+            round_id=g["round_id"],
+            length=int(g["length"]),
+            palette=tuple(orjson.loads(g["palette"])),
+            secret=tuple(orjson.loads(g["secret"])),
+            opens_at_ms=int(g["opens_at"]),
+            closes_at_ms=int(g["closes_at"]),
+            close_job=g.get("close_job", ""),
+            prev=g.get("prev", ""),
+        )
+
+    @classmethod
+    def from_record(cls, r: store.Round) -> RoundInfo:
+        return cls(r.round_id, r.length, r.palette, r.secret, r.opens_at_ms, r.closes_at_ms)
+
+    def record(self) -> store.Round:
+        return store.Round(self.round_id, self.length, self.palette, self.secret,
+                           self.opens_at_ms, self.closes_at_ms)
+
+
+class Rounds:
+    def __init__(self, conn: Any, engine: AsyncEngine, config: Config) -> None:
+        self.conn = conn
+        self.engine = engine
+        self.config = config
+        self.queue = echomq.Queue(conn, "rounds")
+        self._open_round = conn.register_script(_OPEN_ROUND)
+        self._cache: dict[str, RoundInfo] = {}  # rounds never change once opened
+
+    async def current(self) -> RoundInfo | None:
+        raw = await self.conn.get(KEY_CURRENT)
+        if raw is None:
+            return None
+        return await self.get(raw.decode() if isinstance(raw, bytes) else raw)
+
+    async def get(self, round_id: str) -> RoundInfo | None:
+        if round_id in self._cache:
+            return self._cache[round_id]
+        row = await self.conn.hgetall(round_key(round_id))
+        if row:
+            info = RoundInfo.from_hash(row)
+        else:
+            rec = await store.get_round(self.engine, round_id)
+            if rec is None:
+                return None
+            info = RoundInfo.from_record(rec)
+        self._cache[round_id] = info
+        return info
+
+    async def ensure(self) -> RoundInfo:
+        """Make sure a round is current and its close job exists; returns the current round."""
+        info = await self.current()
+        if info is None:
+            await self._open(expected="")
+            info = await self.current()
+            assert info is not None
+        await self._schedule_close(info)
+        return info
+
+    async def handle_close(self, claim: echomq.Claim) -> dict[str, Any]:
+        """Handler of the ``rounds`` queue: close ``payload.round_id``, open its successor."""
+        closing = str(claim.payload["round_id"])
+        current = await self.current()
+        if current is not None and current.round_id == closing:
+            await self._open(expected=closing)
+            current = await self.current()
+        if current is not None and current.prev == closing:
+            await self._schedule_close(current)
+            return {"closed": closing, "opened": current.round_id}
+        return {"closed": closing, "opened": None}
+
+    async def _open(self, expected: str) -> None:
+        cfg = self.config
+        round_id = echomq.branded("RND")
+        reply = await self._open_round(
+            keys=[KEY_CURRENT, round_key(round_id), round_key(expected or round_id)],
+            args=[
+                expected,
+                round_id,
+                cfg.length,
+                orjson.dumps(list(cfg.palette)),
+                orjson.dumps(list(new_secret(cfg.palette, cfg.length))),
+                cfg.round_seconds * 1000,
+                echomq.job_id(),
+                DOWNTIME_TOLERANCE_MS,
+            ],
+        )
+        if int(reply[0]) == 1:
+            info = await self.get(round_id)
+            assert info is not None
+            await store.save_round(self.engine, info.record())
+
+    async def _schedule_close(self, info: RoundInfo) -> None:
+        # The round is in SQL before anyone can score a guess of it (idempotent insert).
+        await store.save_round(self.engine, info.record())
+        now = await self.queue.server_time_ms()
+        await self.queue.jobs.enqueue(
+            {"round_id": info.round_id},
+            job_id=info.close_job,
+            delay_ms=max(0, info.closes_at_ms - now),
+            max_attempts=100,
+        )

@@ -1,0 +1,93 @@
+"""The ScoreWorker: the handler an EchoMQ Consumer runs over the guesses queue.
+
+It scores a claimed guess against its round's secret and writes the score and the
+player's totals in one SQL transaction keyed on the JOB id, then returns the result,
+with which the Consumer completes the job under its fencing token. Every step may be
+repeated (a crash after the commit, a lost lease, a zombie): the SQL write is a no-op
+the second time and the result is the same, so a guess is counted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import echomq
+from codemojex import store
+from codemojex.crashpoints import maybe_crash
+from codemojex.rounds import Rounds
+from codemojex.rules import feedback, points_for
+
+
+class ScoreWorker:
+    def __init__(self, engine: AsyncEngine, rounds: Rounds, worker_id: str,
+                 score_delay_ms: int = 0) -> None:
+        self.engine = engine
+        self.rounds = rounds
+        self.worker_id = worker_id
+        self.score_delay_ms = score_delay_ms
+        self.scored = 0  # scores this worker wrote (first writes only)
+        self.current: dict[str, int] = {}  # job_id -> lease_until_ms, for the admin page
+
+    async def handle(self, claim: echomq.Claim) -> dict[str, Any]:
+        maybe_crash("after_claim")
+        self.current[claim.job_id] = claim.lease_until_ms
+        try:
+            return await self._score(claim)
+        finally:
+            self.current.pop(claim.job_id, None)
+
+    async def _score(self, claim: echomq.Claim) -> dict[str, Any]:
+        p = claim.payload
+        rnd = await self.rounds.get(p["round_id"])
+        if rnd is None:
+            raise LookupError(f"round {p['round_id']} is unknown")  # fails -> retried
+        guess = tuple(p["guess"])
+        seq = claim.seq if claim.seq is not None else int(p.get("seq", 0))
+        fb = feedback(rnd.secret, guess)
+        points = points_for(seq, fb.solved)
+        if self.score_delay_ms:
+            await asyncio.sleep(self.score_delay_ms / 1000)  # stands in for heavy scoring
+        record = store.ScoreRecord(
+            job_id=claim.job_id,
+            round_id=rnd.round_id,
+            player_id=p["player_id"],
+            seq=seq,
+            guess=guess,
+            exact=fb.exact,
+            near=fb.near,
+            solved=fb.solved,
+            points=points,
+            accepted_at_ms=claim.enqueued_at_ms,
+            scored_at_ms=int(time.time() * 1000),
+            attempts=claim.token,
+            worker_id=self.worker_id,
+        )
+        if await store.record_score(self.engine, record):
+            self.scored += 1
+        maybe_crash("after_commit")
+        # Everything the browser needs rides on the completion event.
+        return {
+            "player_id": record.player_id,
+            "round_id": record.round_id,
+            "seq": seq,
+            "guess": list(guess),
+            "exact": fb.exact,
+            "near": fb.near,
+            "solved": fb.solved,
+            "points": points,
+            "worker_id": self.worker_id,
+        }
+
+    def meta(self) -> dict[str, Any]:
+        """What the heartbeat tells the admin page about this worker."""
+        job_id, lease = next(iter(self.current.items()), ("", 0))
+        return {
+            "state": "scoring" if self.current else "idle",
+            "job_id": job_id,
+            "lease_until_ms": lease,
+            "scored": self.scored,
+        }

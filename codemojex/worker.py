@@ -1,0 +1,96 @@
+"""One ScoreWorker process: the guesses consumer, the rounds consumer, the durable-floor
+sweep and the kill-order listener, until SIGTERM (clean stop) or a kill order (SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+
+import redis.asyncio
+
+import echomq
+from codemojex import control
+from codemojex.config import Config
+from codemojex.game import Admin, Game
+from codemojex.score_worker import ScoreWorker
+
+log = logging.getLogger("codemojex.worker")
+
+
+async def _until_valkey(game: Game) -> None:
+    """Valkey may be down at start: retry with backoff instead of dying."""
+    delay = 0.1
+    while True:
+        try:
+            await game.rounds.ensure()
+            return
+        except echomq.consumer.TRANSIENT as e:
+            log.warning("valkey unavailable (%s); retrying in %.1fs", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def _listen_for_kill(url: str, worker_id: str) -> None:
+    """Block on this worker's kill key; a kill order SIGKILLs the process on the spot."""
+    conn = redis.asyncio.Redis.from_url(url, socket_timeout=None)
+    try:
+        while True:
+            try:
+                if await conn.blpop([control.kill_key(worker_id)], timeout=0):
+                    os.kill(os.getpid(), signal.SIGKILL)
+            except echomq.consumer.TRANSIENT:
+                await asyncio.sleep(1)
+    finally:
+        await conn.aclose()
+
+
+async def _keep_rounds_and_floor(game: Game) -> None:
+    admin = Admin(game)
+    while True:
+        await asyncio.sleep(5)
+        try:
+            await game.rounds.ensure()
+            await admin.archive_dead()
+        except Exception as e:  # noqa: BLE001 - a sweep that fails now runs again in 5 s
+            log.warning("round/floor sweep failed: %s", e)
+
+
+async def run_worker(config: Config, worker_id: str | None = None) -> None:
+    worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.worker_id()
+    game = Game.connect(config)
+    scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
+    guesses = echomq.Consumer(
+        game.queue, scorer.handle, lease_ms=config.lease_ms, concurrency=config.concurrency,
+        worker_id=worker_id, source="lanes",  # --fifo puts every guess on one lane: FIFO
+        lapse_ms=config.lapse_ms, reap_interval_ms=config.reap_interval_ms, meta=scorer.meta,
+    )
+    rounds = echomq.Consumer(
+        game.rounds.queue, game.rounds.handle_close, lease_ms=10_000, source="jobs",
+        worker_id=f"{worker_id}-rounds", lapse_ms=config.lapse_ms,
+        reap_interval_ms=config.reap_interval_ms,
+    )
+    assert config.valkey_url
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await _until_valkey(game)
+        with contextlib.suppress(*echomq.consumer.TRANSIENT):
+            await control.remember_worker(game.conn, worker_id)
+        tasks = [
+            asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id)),
+            asyncio.create_task(_keep_rounds_and_floor(game)),
+            asyncio.create_task(rounds.run()),
+        ]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: (guesses.stop(), rounds.stop()))
+        log.info("worker %s (pid %d) scoring", worker_id, os.getpid())
+        await guesses.run()
+    finally:
+        rounds.stop()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await game.close()
