@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,8 +58,8 @@ async def test_worker_killed_after_commit_before_complete(game: Game, config: Co
                CODEMOJEX_DATABASE_URL=config.sql_url, CODEMOJEX_LAPSE_MS="500",
                CODEMOJEX_LEASE_MS="2000", CODEMOJEX_WORKER_ID="WRK_crashy")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import asyncio; from codemojex.config import Config; "
-         "from codemojex.worker import run_worker; asyncio.run(run_worker(Config.from_env()))"],
+        [sys.executable, "-c", ("import asyncio; from codemojex.config import Config; "
+         "from codemojex.worker import run_worker; asyncio.run(run_worker(Config.from_env()))")],
         env=env, cwd=ROOT,
     )
     try:
