@@ -173,17 +173,20 @@ class Game:
                 if info and info.state == "active" and info.worker_id == wid and info.lease_until_ms:
                     lease_ms = max(0, info.lease_until_ms - now)
             ex = exits.get(wid)
+            # Spawned but not yet heartbeating (a second or two of start-up): it lives.
+            starting = w is None and ex is None and not meta
             out.append({
                 "worker_id": wid,
                 "pid": int(meta["pid"]) if meta.get("pid") else None,
                 "host": meta.get("host"),
-                "state": (meta.get("state") or "idle") if w else "dead",
+                "state": (meta.get("state") or "idle") if w or starting else "dead",
                 "job_id": job_id if w else None,
                 "lease_remaining_ms": lease_ms,
                 "jobs_done": int(meta.get("scored") or meta.get("jobs_done") or 0),
-                "alive": w is not None,
+                "alive": w is not None or starting,
                 "exit_reason": ex["reason"] if ex else (
-                    None if w else ("stopped" if meta.get("stopped") else "heartbeat lapsed")),
+                    None if w or starting else
+                    ("stopped" if meta.get("stopped") else "heartbeat lapsed")),
             })
         return out
 

@@ -1,0 +1,21 @@
+# One image for every Codemojex role in compose.yaml: `codemojex migrate | web | worker`.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# Only what the wheel needs (hatch packages echomq, codemojex, web and the migrations).
+COPY pyproject.toml README.md ./
+COPY echomq ./echomq
+COPY codemojex ./codemojex
+COPY web ./web
+COPY migrations ./migrations
+RUN pip install . && useradd --system --uid 10001 --no-create-home codemojex
+
+USER codemojex
+EXPOSE 8000
+# compose.yaml gives every service its own `codemojex …` command; this is the fallback.
+CMD ["codemojex", "--help"]

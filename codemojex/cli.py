@@ -1,0 +1,336 @@
+"""The ``codemojex`` command: ``up`` (the whole game on one machine), ``web``, ``worker``,
+``migrate``.
+
+Configuration comes from flags over ``CODEMOJEX_*`` environment variables over defaults
+(:meth:`Config.from_env`). ``up`` hands the resolved configuration to its children through
+the same variables, so every process agrees on the URLs and the admin token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from codemojex.config import Config
+
+if TYPE_CHECKING:
+    from echomq.server import EmbeddedValkey
+
+log = logging.getLogger("codemojex")
+
+WS_IMPL = "websockets-sansio"  # uvicorn's "websockets" is websockets.legacy: deprecated
+GRACEFUL_SHUTDOWN_S = 5
+_HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
+
+
+class Fatal(Exception):
+    """A one-line message for the operator instead of a traceback, and an exit status."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``codemojex`` parser (also used by tests/test_compose.py to check commands)."""
+    parser = argparse.ArgumentParser(
+        prog="codemojex", description="Real-time many-player emoji Mastermind on EchoMQ.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    common.add_argument("--data-dir", type=Path, default=None,
+                        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex)")
+    common.add_argument("--database-url", default=None,
+                        help="SQL database (default: SQLite in the data dir)")
+    common.add_argument("--valkey-url", default=None,
+                        help="an external Valkey (`up` then starts none)")
+
+    game = argparse.ArgumentParser(add_help=False)
+    game.add_argument("--round-seconds", type=int, default=None)
+    game.add_argument("--lane-cap", type=int, default=None,
+                      help="guesses a player may have accepted and not yet scored (100)")
+    game.add_argument("--fifo", action="store_true", default=None,
+                      help="serve every guess from one FIFO queue instead of fair lanes")
+
+    scoring = argparse.ArgumentParser(add_help=False)
+    scoring.add_argument("--score-delay-ms", type=int, default=None,
+                         help="make every score take at least this long (a kill lands mid-score)")
+    scoring.add_argument("--concurrency", type=int, default=None,
+                         help="guesses scored at once per worker process (4)")
+
+    serving = argparse.ArgumentParser(add_help=False)
+    serving.add_argument("--host", default=None, help="address to listen on (127.0.0.1)")
+    serving.add_argument("--port", type=int, default=None, help="HTTP port (8000)")
+
+    up = sub.add_parser("up", parents=[common, game, scoring, serving],
+                        help="the whole game on one machine")
+    up.add_argument("--workers", type=int, default=None, help="ScoreWorker processes (2)")
+    up.add_argument("--appendfsync", choices=["always", "everysec", "no"], default=None,
+                    help="the embedded Valkey's durability dial (always)")
+    up.set_defaults(run=_up)
+
+    web = sub.add_parser("web", parents=[common, game, serving], help="one web server")
+    web.add_argument("--access-log", action="store_true", help="log every request")
+    web.set_defaults(run=_web)
+
+    worker = sub.add_parser("worker", parents=[common, game, scoring], help="one ScoreWorker")
+    worker.add_argument("--worker-id", default=None,
+                        help="WRK_… id (default: $CODEMOJEX_WORKER_ID, else a new one)")
+    worker.set_defaults(run=_worker)
+
+    migrate = sub.add_parser("migrate", parents=[common], help="alembic upgrade head")
+    migrate.set_defaults(run=_migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname).1s %(name)s[%(process)d] %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "httpcore", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        code = args.run(args)
+    except Fatal as e:
+        print(f"codemojex: {e}", file=sys.stderr)
+        code = e.code
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    """Flags over CODEMOJEX_* over defaults."""
+    names = {f.name for f in fields(Config)}
+    overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return Config.from_env(**overrides)
+
+
+def child_env(config: Config) -> dict[str, str]:
+    """Our environment plus the resolved configuration as CODEMOJEX_* variables."""
+    env = dict(os.environ)
+    for f in fields(Config):
+        if f.name in _HIDDEN_FROM_CHILDREN:
+            continue
+        key = f"CODEMOJEX_{f.name.upper()}"
+        value = getattr(config, f.name)
+        if value is None:
+            env.pop(key, None)
+        elif isinstance(value, bool):
+            env[key] = "1" if value else "0"
+        elif isinstance(value, tuple):
+            env[key] = " ".join(value)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def _require_valkey(config: Config, command: str) -> str:
+    if not config.valkey_url:
+        raise Fatal(f"`codemojex {command}` needs --valkey-url (or CODEMOJEX_VALKEY_URL); "
+                         "`codemojex up` runs everything on one machine")
+    return config.valkey_url
+
+
+# ---------------------------------------------------------------------------------------------
+# Single roles
+
+
+def _web(args: argparse.Namespace) -> int:
+    config = _config(args)
+    _require_valkey(config, "web")
+
+    import uvicorn
+
+    from web.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(config), host=config.host, port=config.port, ws=WS_IMPL,
+        proxy_headers=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        log_config=None, access_log=args.access_log, lifespan="on",
+        log_level=args.log_level,
+    ))
+    server.run()
+    return 0 if server.started else 1
+
+
+def _worker(args: argparse.Namespace) -> int:
+    config = _config(args)
+    _require_valkey(config, "worker")
+
+    from codemojex.worker import run_worker
+
+    asyncio.run(run_worker(config, args.worker_id))
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    config = _config(args)
+    _migrate_or_fail(config.sql_url)
+    print(f"database at head: {redact(config.sql_url)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+
+def _raise_interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _exclusive(data_dir: Path) -> Iterator[None]:
+    """One ``up`` per data dir: two embedded servers on one AOF would corrupt it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / "up.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Fatal(f"another `codemojex up` is running on {data_dir}") from None
+        yield
+
+
+def _up(args: argparse.Namespace) -> int:
+    from echomq.errors import ServerError
+    from echomq.server import Appendfsync, EmbeddedValkey, find_valkey_server
+
+    # SIGTERM behaves like Ctrl-C until the supervisor takes over: `finally` blocks run.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    config = _config(args)
+    config = config.with_(data_dir=config.data_dir.expanduser().absolute())
+    if config.workers < 0:
+        raise Fatal("--workers must be 0 or more")
+    valkey: EmbeddedValkey | None = None
+    with _exclusive(config.data_dir):
+        try:
+            if config.valkey_url:
+                _check_external(config.valkey_url)
+            else:
+                try:
+                    binary = find_valkey_server()
+                except ServerError as e:  # the contract's one line on how to get one
+                    raise Fatal(str(e)) from None
+                valkey = EmbeddedValkey(config.data_dir / "valkey", binary=binary,
+                                        appendfsync=cast(Appendfsync, config.appendfsync))
+                try:
+                    valkey.start()
+                except ServerError as e:
+                    raise Fatal(f"the embedded Valkey did not start: {e}", 1) from None
+                config = config.with_(valkey_url=valkey.url)
+            config = config.with_(database_url=config.sql_url)
+            _migrate_or_fail(config.sql_url)
+            config = config.with_(admin_token=config.resolve_admin_token())
+            return _supervise(config, args.log_level, valkey)
+        except KeyboardInterrupt:  # a signal before the supervisor took over
+            print("codemojex: stopped", file=sys.stderr)
+            return 0
+        finally:
+            # Valkey stops last, after every worker and the web server; nothing interrupts it.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if valkey is not None:
+                valkey.stop()
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``, for printing."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _check_external(url: str) -> None:
+    import redis
+
+    from echomq.errors import NotDurable
+    from echomq.server import check_durable_sync
+
+    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        check_durable_sync(conn)
+    except NotDurable as e:
+        raise Fatal(f"refusing {redact(url)}: {e}") from None
+    except redis.RedisError as e:
+        raise Fatal(f"cannot reach Valkey at {redact(url)}: {e}") from None
+    finally:
+        conn.close()
+
+
+def _migrate_or_fail(url: str) -> None:
+    from codemojex.store import migrate
+
+    try:
+        migrate(url)
+    except Exception as e:  # noqa: BLE001 - one line for the operator
+        raise Fatal(f"migrating {redact(url)} failed: {type(e).__name__}: {e}", 1) from None
+
+
+def _supervise(config: Config, log_level: str, valkey: EmbeddedValkey | None) -> int:
+    from codemojex.supervisor import Supervisor
+
+    me = [sys.executable, "-m", "codemojex"]
+    shared = ["--data-dir", str(config.data_dir), "--log-level", log_level]
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.host, config.host)
+    base = f"http://{_bracket(probe)}:{config.port}"
+    supervisor = Supervisor(
+        str(config.valkey_url),
+        env=child_env(config),
+        worker_argv=[*me, "worker", *shared],
+        workers=config.workers,
+        web_argv=[*me, "web", "--host", config.host, "--port", str(config.port), *shared],
+        health_url=f"{base}/healthz",
+        on_ready=lambda sup: _banner(config, base, sup.supervisor_id, valkey is not None),
+        embedded=valkey,
+    )
+    code = asyncio.run(supervisor.run())
+    if supervisor.failure:
+        print(f"codemojex: {supervisor.failure}", file=sys.stderr)
+    else:
+        print("codemojex: stopped", file=sys.stderr)
+    return code
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _banner(config: Config, base: str, supervisor_id: str, embedded: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    valkey = redact(str(config.valkey_url))
+    if embedded:
+        valkey += f" (embedded, appendfsync {config.appendfsync}, AOF in {config.data_dir}/valkey)"
+    rows = [
+        ("play", f"{base}/"),
+        ("admin", f"{base}/admin"),
+        ("admin token", str(config.admin_token)),
+        ("valkey", valkey),
+        ("database", redact(config.sql_url)),
+        ("workers", f"{config.workers} (supervisor {supervisor_id})"),
+    ]
+    console = Console(soft_wrap=True, highlight=False)
+    console.print("[bold green]Codemojex is up[/]")
+    for label, value in rows:
+        console.print(f"  [bold]{label:<12}[/] {escape(value)}")
+    console.print("  Ctrl-C stops everything.")
+    sys.stdout.flush()

@@ -1,0 +1,369 @@
+"""The process supervisor of ``codemojex up``: one web server and N ScoreWorker processes.
+
+* Every child is spawned from the main thread with ``PR_SET_PDEATHSIG(SIGTERM)`` (the kernel
+  signals it when this process dies, even by SIGKILL) and in its own process group (a
+  terminal's Ctrl-C reaches only us, so we decide the order things stop in).
+* A worker that dies is replaced after a short delay (longer if it keeps dying at start)
+  **under a new worker id**, and why it died ("killed (SIGKILL)", "exited 1") is recorded in
+  Valkey for the admin page. The web server is restarted the same way, on the same port.
+* The supervisor beats into Valkey about once a second and BLPOPs its spawn key: an admin
+  "Add worker" order starts one more worker with the id the order carries.
+* The embedded Valkey, when there is one, is restarted on its data dir (and port) if it dies:
+  its AOF brings every accepted job back.
+* ``stop()`` (wired to SIGTERM/SIGINT) SIGTERMs every child — workers finish or release their
+  in-flight jobs, the web server drains — waits a bounded time, SIGKILLs whatever is left and
+  reaps everything. A second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import redis.asyncio
+
+import echomq
+from codemojex import control
+
+if TYPE_CHECKING:
+    from echomq.server import EmbeddedValkey
+
+log = logging.getLogger("codemojex.supervisor")
+
+BEAT_INTERVAL_S = 1.0
+POLL_INTERVAL_S = 0.1
+RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 30.0
+QUICK_DEATH_S = 3.0  # a child that dies this soon after its start is crash-looping: back off
+STOP_TIMEOUT_S = 15.0  # a worker's grace for in-flight jobs is one lease (10 s), plus margin
+READY_TIMEOUT_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+class StartupFailed(Exception):
+    """The web server died or never answered ``/healthz`` while ``up`` was starting."""
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the kernel SIGTERM the child when we die (None off Linux).
+
+    The death signal fires when the *thread* that forked exits, so spawn from the main thread.
+    ``prctl`` is resolved here, in the parent: the forked child runs no dlopen.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    sigterm = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return preexec
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a child that dies with us, in its own process group, sharing our stdout/stderr."""
+    return subprocess.Popen(
+        list(argv), env=dict(env), stdin=subprocess.DEVNULL, close_fds=True,
+        process_group=0, preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only
+    )
+
+
+def exit_reason(returncode: int) -> str:
+    """``"killed (SIGKILL)"`` for a signal, ``"exited 1"`` for an exit status."""
+    if returncode < 0:
+        try:
+            return f"killed ({signal.Signals(-returncode).name})"
+        except ValueError:
+            return f"killed (signal {-returncode})"
+    return f"exited {returncode}"
+
+
+@dataclass
+class Child:
+    role: str  # "web" | "worker"
+    proc: subprocess.Popen[bytes]
+    worker_id: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        ident = f" {self.worker_id}" if self.worker_id else ""
+        return f"{self.role}{ident} (pid {self.proc.pid})"
+
+
+class Supervisor:
+    """Runs the web server and the workers of one machine until :meth:`stop`.
+
+    ``worker_argv``/``web_argv`` are full command lines; each worker also gets its id in
+    ``CODEMOJEX_WORKER_ID``. ``health_url`` is polled at start; ``on_ready`` runs once it
+    answers 200 (the banner). ``web_argv=None`` runs workers only.
+    """
+
+    def __init__(
+        self,
+        valkey_url: str,
+        *,
+        env: Mapping[str, str],
+        worker_argv: Sequence[str],
+        workers: int,
+        web_argv: Sequence[str] | None = None,
+        health_url: str | None = None,
+        on_ready: Callable[[Supervisor], None] | None = None,
+        embedded: EmbeddedValkey | None = None,
+        restart_delay: float = RESTART_DELAY_S,
+        stop_timeout: float = STOP_TIMEOUT_S,
+    ) -> None:
+        self.supervisor_id = echomq.branded("SUP")
+        self.valkey_url = valkey_url
+        self.env = dict(env)
+        self.worker_argv = list(worker_argv)
+        self.web_argv = list(web_argv) if web_argv is not None else None
+        self.initial_workers = workers
+        self.health_url = health_url
+        self.on_ready = on_ready
+        self.embedded = embedded
+        self.restart_delay = restart_delay
+        self.stop_timeout = stop_timeout
+        self.children: list[Child] = []
+        self.failure: str | None = None
+        self._restarts: list[tuple[float, str]] = []  # (due, role)
+        self._backoff: dict[str, float] = {}  # role -> the last restart delay
+        self._stopping = asyncio.Event()
+        self._force = False
+        self._ready = False
+        self._background: set[asyncio.Task[None]] = set()
+        self._conn: redis.asyncio.Redis | None = None
+
+    # -- control --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a clean stop; a second call (a second Ctrl-C) stops without waiting."""
+        if self._stopping.is_set():
+            if not self._force:
+                log.warning("second signal: killing every child now")
+            self._force = True
+        self._stopping.set()
+
+    def workers(self) -> list[Child]:
+        return [c for c in self.children if c.role == "worker"]
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Start everything, supervise until stopped, stop everything. 0, or 1 if start failed."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        self._conn = redis.asyncio.Redis.from_url(
+            self.valkey_url, socket_timeout=5, socket_connect_timeout=2)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            if self.web_argv is not None:
+                self._start_web()
+            for _ in range(self.initial_workers):
+                self._start_worker(echomq.worker_id())
+            tasks = [
+                asyncio.create_task(self._beat()),
+                asyncio.create_task(self._take_orders()),
+                asyncio.create_task(self._await_ready()),
+            ]
+            while not self._stopping.is_set():
+                self._watch()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), POLL_INTERVAL_S)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._stop_children()
+            await self._say_goodbye()
+            await asyncio.gather(*self._background, return_exceptions=True)
+            await self._conn.aclose()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 1 if self.failure else 0
+
+    def _start_web(self) -> None:
+        assert self.web_argv is not None
+        child = Child("web", spawn(self.web_argv, self.env))
+        self.children.append(child)
+        log.info("started %s", child.name)
+
+    def _start_worker(self, worker_id: str) -> None:
+        child = Child("worker", spawn(self.worker_argv, {**self.env,
+                                                         "CODEMOJEX_WORKER_ID": worker_id}),
+                      worker_id=worker_id)
+        self.children.append(child)
+        log.info("started %s", child.name)
+        self._later(control.remember_worker(self._redis(), worker_id))
+
+    def _watch(self) -> None:
+        """Reap children that died, schedule their replacements, start the ones due."""
+        self._keep_valkey()
+        now = time.monotonic()
+        for child in list(self.children):
+            code = child.proc.poll()
+            if code is None:
+                continue
+            self.children.remove(child)
+            reason = exit_reason(code)
+            lived = now - child.started
+            if child.role == "web" and not self._ready:
+                self.failure = f"the web server {reason} while starting (is the port free?)"
+                self.stop()
+                return
+            # A child that keeps dying at start backs off; one that lived a while does not.
+            previous = self._backoff.get(child.role)
+            delay = (min(previous * 2, MAX_RESTART_DELAY_S)
+                     if previous is not None and lived < QUICK_DEATH_S else self.restart_delay)
+            self._backoff[child.role] = delay
+            log.warning("%s %s after %.1fs; restarting in %.1fs", child.name, reason, lived, delay)
+            if child.worker_id is not None:
+                self._later(control.record_exit(self._redis(), child.worker_id, reason,
+                                                child.proc.pid))
+            self._restarts.append((now + delay, child.role))
+        due = [r for r in self._restarts if r[0] <= now]
+        self._restarts = [r for r in self._restarts if r[0] > now]
+        for _, role in due:
+            if role == "web":
+                self._start_web()
+            else:
+                self._start_worker(echomq.worker_id())  # a new life, a new id
+
+    def _keep_valkey(self) -> None:
+        """Bring a dead embedded Valkey back on the same data dir and port (blocking: the
+        children keep running meanwhile; restarted from the main thread for PDEATHSIG)."""
+        if self.embedded is None or self.embedded.is_running():
+            return
+        log.error("the embedded valkey-server died; restarting it from its AOF")
+        try:
+            self.embedded.start()
+        except echomq.ServerError as e:
+            self.failure = f"the embedded Valkey died and did not restart: {e}"
+            self.stop()
+        else:
+            log.info("the embedded valkey-server is back (pid %s)", self.embedded.pid)
+
+    async def _await_ready(self) -> None:
+        if self.health_url is None:
+            self._ready = True
+        else:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get(self.health_url)).status_code == 200:
+                            break
+                    if time.monotonic() > deadline:
+                        self.failure = (f"the web server did not answer {self.health_url} "
+                                        f"within {READY_TIMEOUT_S:g} s")
+                        self.stop()
+                        return
+                    await asyncio.sleep(0.1)
+            self._ready = True
+        if self.on_ready is not None:
+            self.on_ready(self)
+
+    async def _beat(self) -> None:
+        host = socket.gethostname()
+        while True:
+            try:
+                await control.beat_supervisor(self._redis(), self.supervisor_id, os.getpid(), host)
+            except echomq.consumer.TRANSIENT as e:
+                log.warning("supervisor beat failed: %s", e)
+            await asyncio.sleep(BEAT_INTERVAL_S)
+
+    async def _take_orders(self) -> None:
+        """BLPOP the spawn key: each order starts one more worker under the id it carries."""
+        conn = redis.asyncio.Redis.from_url(self.valkey_url, socket_timeout=None,
+                                            socket_connect_timeout=2)
+        key = control.spawn_key(self.supervisor_id)
+        try:
+            while True:
+                try:
+                    item = await conn.blpop([key], timeout=1)
+                except echomq.consumer.TRANSIENT as e:
+                    log.warning("spawn orders unavailable: %s", e)
+                    await asyncio.sleep(1)
+                    continue
+                if item is None or self._stopping.is_set():
+                    continue
+                raw = item[1].decode() if isinstance(item[1], bytes) else str(item[1])
+                worker_id = raw if echomq.is_branded(raw, "WRK") else echomq.worker_id()
+                log.info("spawn order: one more worker")
+                self._start_worker(worker_id)
+        finally:
+            await conn.aclose()
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    async def _stop_children(self) -> None:
+        self._restarts.clear()
+        if self.children:
+            log.info("stopping %d processes (SIGTERM)", len(self.children))
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        while (any(c.proc.poll() is None for c in self.children) and not self._force
+               and time.monotonic() < deadline):
+            await asyncio.sleep(0.05)
+        for child in self.children:
+            if child.proc.poll() is None:
+                log.warning("%s did not stop in time: SIGKILL", child.name)
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(timeout=5)
+
+    async def _say_goodbye(self) -> None:
+        """Record how each worker ended and leave the supervisor registry (best effort)."""
+        conn = self._redis()
+        with contextlib.suppress(*echomq.consumer.TRANSIENT, redis.RedisError):
+            async with asyncio.timeout(3):
+                for child in self.workers():
+                    code = child.proc.returncode
+                    reason = "stopped" if code in (0, -signal.SIGTERM) else exit_reason(code or 0)
+                    assert child.worker_id is not None
+                    await control.record_exit(conn, child.worker_id, reason, child.proc.pid)
+                await conn.hdel(control.SUPERVISORS, self.supervisor_id)
+                await conn.delete(control.spawn_key(self.supervisor_id))
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _redis(self) -> redis.asyncio.Redis:
+        assert self._conn is not None
+        return self._conn
+
+    def _later(self, coro: Coroutine[Any, Any, Any] | Awaitable[Any]) -> None:
+        """Run a Valkey bookkeeping call in the background: a slow Valkey must not stall
+        reaping children."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception as e:  # noqa: BLE001 - bookkeeping is best effort
+                log.warning("supervisor bookkeeping failed: %s", e)
+
+        task = asyncio.create_task(guarded())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
