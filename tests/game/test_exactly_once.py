@@ -180,3 +180,28 @@ async def test_points_do_not_depend_on_scoring_order_crashes_or_retries(
     assert {pid: board.get(pid, 0) for pid in expected} == expected
     assert sum(1 for _ in await store.scores_for(game.engine, players[0], rnd.round_id)) == sum(
         1 for pid, _, _ in accepted if pid == players[0])
+
+
+async def test_dead_jobs_land_in_sql_and_retry_puts_them_back_on_their_lane(game: Game) -> None:
+    from codemojex.game import Admin
+
+    (player,) = await new_players(game, 1)
+    rnd, _ = await game.current_round()
+    acc = await game.submit(player, rnd.round_id, list(rnd.secret))
+    for _ in range(5):  # max_attempts deliveries, each failing
+        await game.conn.zadd(game.queue.keys.scheduled, {acc.job_id: 0}, xx=True)
+        claim = await game.queue.lanes.claim("WRK_x", 5_000)
+        assert claim is not None
+        outcome = await game.queue.jobs.fail(claim.job_id, claim.token, "boom")
+    assert outcome == "dead"
+    admin = Admin(game)
+    assert await admin.archive_dead() == 1
+    assert await admin.archive_dead() == 0  # recorded once
+    (dead,) = await admin.dead_jobs()
+    assert dead["job_id"] == acc.job_id and dead["error"] == "boom"
+    assert dead["payload"]["guess"] == list(rnd.secret)
+    await admin.retry_dead(acc.job_id)
+    assert await game.queue.lanes.depth(player) == 1
+    claim = await game.queue.lanes.claim("WRK_y", 5_000)
+    assert claim is not None and claim.job_id == acc.job_id and claim.token == 6
+    assert await admin.dead_jobs() == []
