@@ -14,8 +14,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # Module scope, not session: Playwright's sync API keeps an event loop running in this
+    # thread while it is open, and the asyncio tests that follow need the thread back.
     if not os.path.exists(CHROMIUM):
         message = "Chromium not installed: apt-get install -y chromium"
         if os.environ.get("CI") == "true":
