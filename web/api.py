@@ -1,0 +1,132 @@
+"""The player API (CONTRACT §4): players, rounds, guesses, the leaderboard.
+
+Checks run in the contract's order — 401, 413, 400, 404, 409, 429 — so the token is looked
+at before the body is read (a bad token with a huge body is a 401), the body's size before
+its shape, and the game (:meth:`codemojex.game.Game.submit`) keeps the rest of the order.
+Errors are raised, never answered here: ``web.errors`` maps them all in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from codemojex import store
+from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound
+from echomq import is_branded
+from web.errors import (
+    RETRY_AFTER_S,
+    bearer_token,
+    guess_fields,
+    idempotency_key,
+    read_json_object,
+)
+from web.services import Services, services_of
+
+HEALTH_TIMEOUT_S = 3.0
+
+
+async def _player(request: Request, services: Services) -> store.Player:
+    return await services.player(bearer_token(request.headers.get("authorization")))
+
+
+async def create_player(request: Request) -> Response:
+    services = services_of(request)
+    body = await read_json_object(request)
+    player = await services.game.create_player(body.get("name"))
+    return JSONResponse(
+        {"player_id": player.player_id, "name": player.name, "token": player.token},
+        status_code=201,
+    )
+
+
+async def current_round(request: Request) -> Response:
+    info, now = await services_of(request).game.current_round()
+    return JSONResponse(info.public(now))
+
+
+async def round_by_id(request: Request) -> Response:
+    round_id = request.path_params["round_id"]
+    if not is_branded(round_id, "RND"):
+        raise RoundNotFound("no such round")
+    return JSONResponse(await services_of(request).game.round_view(round_id))
+
+
+async def submit_guess(request: Request) -> Response:
+    services = services_of(request)
+    player = await _player(request, services)
+    try:
+        body = await read_json_object(request)
+        round_id, guess = guess_fields(body)
+        key = idempotency_key(request.headers.get("idempotency-key"))
+    except InvalidBody as exc:
+        services.count(exc.code)  # refused before the game saw it; still a submission
+        raise
+    accepted = await services.accept_guess(player.player_id, round_id, guess, key)
+    return JSONResponse({"job_id": accepted.job_id, "seq": accepted.seq}, status_code=202)
+
+
+async def list_guesses(request: Request) -> Response:
+    services = services_of(request)
+    player = await _player(request, services)
+    round_id = request.query_params.get("round_id")
+    if not round_id:
+        raise InvalidBody("the round_id query parameter is required")
+    if not is_branded(round_id, "RND") or await services.game.rounds.get(round_id) is None:
+        raise RoundNotFound("no such round")
+    return JSONResponse(
+        {"guesses": await services.game.guesses_of(player.player_id, round_id)})
+
+
+async def guess_by_id(request: Request) -> Response:
+    services = services_of(request)
+    player = await _player(request, services)
+    job_id = request.path_params["job_id"]
+    if not is_branded(job_id, "JOB"):
+        raise JobNotFound("no such guess")
+    return JSONResponse(await services.game.guess_view(player.player_id, job_id))
+
+
+async def leaderboard(request: Request) -> Response:
+    round_id = request.query_params.get("round_id") or None
+    if round_id is not None and not is_branded(round_id, "RND"):
+        raise RoundNotFound("no such round")
+    players = await services_of(request).game.leaderboard(round_id)
+    return JSONResponse({"players": players})
+
+
+async def healthz(request: Request) -> Response:
+    """200 when Valkey and SQL both answer within a few seconds, else 503."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):
+            health = await services_of(request).game.health()
+    except TimeoutError:
+        health = {"valkey": False, "sql": False}
+    if all(health.values()):
+        return JSONResponse({"status": "ok", **health})
+    down = " and ".join(name for name, ok in health.items() if not ok)
+    return JSONResponse(
+        {"error": "unavailable", "detail": f"{down} not answering", **health},
+        status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+async def guesses(request: Request) -> Response:
+    # One route for both methods, so a third method's 405 names both in Allow.
+    if request.method == "POST":
+        return await submit_guess(request)
+    return await list_guesses(request)
+
+
+routes: list[BaseRoute] = [
+    Route("/api/players", create_player, methods=["POST"]),
+    Route("/api/round", current_round, methods=["GET"]),
+    Route("/api/rounds/{round_id}", round_by_id, methods=["GET"]),
+    Route("/api/guesses", guesses, methods=["GET", "POST"]),
+    Route("/api/guesses/{job_id}", guess_by_id, methods=["GET"]),
+    Route("/api/leaderboard", leaderboard, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+]

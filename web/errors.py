@@ -1,0 +1,215 @@
+"""Errors at the edge: the contract's error answers, mapped in one place, and body parsing.
+
+Every error leaves as ``{"error": code, "detail": text}``. The game's errors carry their own
+code and status (:mod:`codemojex.errors`); this module adds the few only the edge can
+raise (413, 405, unknown paths) and turns everything else — a backend that is down, a
+timeout, a bug — into ``503 unavailable`` with ``Retry-After``, never a 500 or a traceback.
+
+Parsing helpers read a request body under the 16 KiB cap (the declared ``Content-Length``
+and the bytes actually read) and decode it with orjson, which refuses invalid UTF-8 and
+lone surrogates: both are ``invalid_body``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from codemojex.errors import CodemojexError, InvalidBody, Unavailable
+
+log = logging.getLogger("codemojex.web")
+
+MAX_BODY_BYTES = 16 * 1024
+# Every request's backend work must finish within this, so a hung Valkey or SQL server
+# turns into a prompt 503 instead of a request that never answers.
+REQUEST_TIMEOUT_S = 5.0
+RETRY_AFTER_S = 1
+MAX_IDEMPOTENCY_KEY_CHARS = 128
+
+# What "the backend is down" looks like from here: redis' ConnectionError/TimeoutError (and
+# the rest of its tree), SQLAlchemy's OperationalError/DBAPIError, raw sockets, timeouts.
+BACKEND_ERRORS: tuple[type[Exception], ...] = (
+    RedisError, SQLAlchemyError, OSError, asyncio.TimeoutError,
+)
+
+
+class BodyTooLarge(CodemojexError):
+    code = "body_too_large"
+    status = 413
+    default_detail = f"the body exceeds {MAX_BODY_BYTES} bytes"
+
+
+class MethodNotAllowed(CodemojexError):
+    code = "method_not_allowed"
+    status = 405
+    default_detail = "this method is not allowed on this path"
+
+
+class NotFound(CodemojexError):
+    code = "not_found"
+    status = 404
+    default_detail = "no such resource"
+
+
+class Forbidden(CodemojexError):
+    """A socket refused at the door: foreign Origin or bad token (HTTP 403 before upgrade)."""
+
+    code = "forbidden"
+    status = 403
+    default_detail = "not allowed"
+
+
+def error_response(exc: CodemojexError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+
+def unavailable_response(detail: str | None = None) -> JSONResponse:
+    return error_response(Unavailable(detail, retry_after_s=RETRY_AFTER_S))
+
+
+# -- exception handlers (registered once, in app.py) ------------------------------------------
+
+
+async def on_game_error(_request: Request, exc: Exception) -> Response:
+    """Every :class:`CodemojexError` subclass, game or edge, answered the same way."""
+    assert isinstance(exc, CodemojexError)
+    return error_response(exc)
+
+
+async def on_http_error(_request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (route, wrong method), in the contract's shape."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        resp = error_response(MethodNotAllowed())
+        if exc.headers and "Allow" in exc.headers:
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
+    if exc.status_code == 404:
+        return error_response(NotFound())
+    if exc.status_code == 413:
+        return error_response(BodyTooLarge())
+    if 400 <= exc.status_code < 500:
+        return error_response(InvalidBody("the request is malformed"))
+    return unavailable_response()
+
+
+async def on_backend_error(_request: Request, exc: Exception) -> Response:
+    log.warning("backend unavailable: %s: %s", type(exc).__name__, exc)
+    return unavailable_response()
+
+
+class Guard:
+    """Outermost safety net for HTTP: a deadline on every request and no 500, ever.
+
+    Runs inside Starlette's ServerErrorMiddleware and outside the exception handlers, so it
+    sees only what they did not map: the request deadline expiring (the cancellation
+    surfaces here as TimeoutError) and bugs. Both answer 503 ``unavailable``; bugs are logged
+    with their traceback, which never reaches the client.
+    """
+
+    def __init__(self, app: ASGIApp, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            if started:
+                raise  # half an answer is out; nothing better to do than drop the connection
+            if isinstance(exc, TimeoutError):
+                log.warning("request timed out after %.1fs: %s", self.timeout_s, scope["path"])
+            else:
+                log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            await unavailable_response()(scope, receive, send)
+
+
+# -- body parsing ---------------------------------------------------------------------------------
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The raw body, refusing with 413 as soon as the declared or the actual size passes
+    ``limit`` (a client may lie in Content-Length, or send chunks without one)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json_object(raw: bytes | str) -> dict[str, Any]:
+    """Decode a JSON object; anything else (bad JSON, lone surrogates, a list) is 400."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidBody("the body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidBody("the body must be a JSON object")
+    return value
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    return parse_json_object(await read_body(request))
+
+
+def guess_fields(body: dict[str, Any]) -> tuple[str, object]:
+    """``round_id`` and the raw ``guess`` of a guess body. The guess itself is judged by the
+    game (its errors are ``invalid_guess``); a missing field or a non-string id is a
+    malformed body."""
+    round_id = body.get("round_id")
+    if not isinstance(round_id, str) or not round_id:
+        raise InvalidBody("round_id must be a non-empty string")
+    if "guess" not in body:
+        raise InvalidBody("guess is required")
+    return round_id, body["guess"]
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """A usable ``Idempotency-Key`` (1–128 printable ASCII characters), or None if absent."""
+    if value is None:
+        return None
+    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY_CHARS or not all(
+        " " < ch <= "~" for ch in value
+    ):
+        raise InvalidBody(
+            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters"
+        )
+    return value
+
+
+def bearer_token(value: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    return token or None

@@ -1,0 +1,325 @@
+"""The hub: one reader per web process follows the events streams and fans out to sockets.
+
+One task XREAD-BLOCKs on the guesses queue's events (``emq:{guesses}:events``) and the
+rounds queue's events (``emq:{rounds}:events``) on a connection of its own, and turns them
+into socket messages:
+
+* a guess's ``completed`` event → a ``score`` message to that guess's own player only
+  (the emojis of a guess never reach anyone else);
+* the same event → the field's ``progress`` (counts only, :mod:`web.progress`), coalesced:
+  a flusher sends at most one progress message per round every 250 ms, carrying only the
+  players that changed, so a flood of guesses never becomes a flood of messages;
+* a round rotation (``completed`` on the rounds queue, result ``{closed, opened}``) →
+  ``round`` messages: the closed round with its secret, then the new open one;
+* a solve → the ``leaderboard``, re-read from SQL at most once a second.
+
+The hub never waits for a socket: each has a bounded outbox (:mod:`web.outbox`), and one
+that overflows is evicted — its handler closes it with 4008 and the page resumes with
+``after=`` — so a slow browser cannot slow the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import orjson
+import redis.asyncio
+
+import echomq
+from codemojex import store
+from codemojex.game import Game
+from echomq.ids import ulid_time_ms
+from web.metrics import Metrics
+from web.outbox import OUTBOX_LIMIT, Connection, Outgoing
+from web.progress import FieldProgress, PlayerProgress
+
+log = logging.getLogger("codemojex.web.hub")
+
+PROGRESS_INTERVAL_S = 0.25  # at most ~4 progress messages a second per socket
+LEADERBOARD_INTERVAL_S = 1.0
+BLOCK_MS = 5_000
+# Longer than the XREAD block, so it fires only on a server that has silently gone away.
+READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
+READ_COUNT = 500
+REPLAY_PAGE = 1_000
+
+
+def parse_event_id(value: str) -> tuple[int, int] | None:
+    """``"ms-seq"`` (or ``"ms"``) as a comparable pair; None when it is not a stream id."""
+    ms, _, seq = value.partition("-")
+    if not ms.isdigit() or len(ms) > 20 or (seq and (not seq.isdigit() or len(seq) > 20)):
+        return None
+    return int(ms), int(seq or 0)
+
+
+def score_message(event: echomq.Event) -> dict[str, Any] | None:
+    """The ``score`` message of a guesses-queue event, or None if it is not a score."""
+    if event.type != "completed":
+        return None
+    try:
+        r = event.result
+    except ValueError:
+        return None
+    if not isinstance(r, dict) or not isinstance(r.get("player_id"), str):
+        return None
+    return {
+        "type": "score", "event_id": event.event_id, "job_id": event.job_id,
+        "round_id": r.get("round_id"), "player_id": r["player_id"], "seq": r.get("seq"),
+        "guess": r.get("guess"), "exact": r.get("exact"), "near": r.get("near"),
+        "solved": r.get("solved"), "points": r.get("points"),
+    }
+
+
+def dumps(message: dict[str, Any]) -> str:
+    return orjson.dumps(message).decode()
+
+
+class Hub:
+    def __init__(self, game: Game, metrics: Metrics) -> None:
+        self.game = game
+        self.metrics = metrics
+        self.guess_events = game.queue.keys.events
+        self.round_events = game.rounds.queue.keys.events
+        self.outbox_limit = OUTBOX_LIMIT
+        self.progress = FieldProgress()
+        self._conns: set[Connection] = set()
+        self._by_player: dict[str, set[Connection]] = {}
+        self._names: dict[str, str] = {}
+        self._board: list[dict[str, Any]] | None = None  # what the sockets were last sent
+        self._board_dirty = True
+        self._board_at = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reader: redis.asyncio.Redis | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._follow(), name="hub-reader"),
+            asyncio.create_task(self._flush_forever(), name="hub-flusher"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._reader is not None:
+            await self._reader.aclose()
+            self._reader = None
+
+    # -- sockets --------------------------------------------------------------------------------
+
+    def join(self, player_id: str) -> Connection:
+        conn = Connection(player_id, self.outbox_limit)
+        self._conns.add(conn)
+        self._by_player.setdefault(player_id, set()).add(conn)
+        return conn
+
+    def leave(self, conn: Connection) -> None:
+        self._conns.discard(conn)
+        mine = self._by_player.get(conn.player_id)
+        if mine is not None:
+            mine.discard(conn)
+            if not mine:
+                del self._by_player[conn.player_id]
+
+    def broadcast(self, message: dict[str, Any]) -> None:
+        """Offer ``message`` to every socket (serialised once)."""
+        out = Outgoing(dumps(message))
+        for conn in list(self._conns):
+            self._offer(conn, out)
+
+    def _offer(self, conn: Connection, message: Outgoing) -> bool:
+        if conn.offer(message):
+            return True
+        if conn.evicted.is_set() and conn in self._conns:
+            self.metrics.sockets_evicted.inc()
+            self.leave(conn)  # stop feeding it; its handler closes it with 4008
+        return False
+
+    # -- what a new socket gets first --------------------------------------------------------
+
+    async def leaderboard(self) -> list[dict[str, Any]]:
+        """The leaderboard for a new socket: the last one broadcast while it is current."""
+        if self._board is not None and not self._board_dirty:
+            return self._board
+        # Not stored: `_board` is what the sockets were last sent, and the flusher
+        # compares against it to decide whether they need the new one.
+        return await self.game.leaderboard()
+
+    async def progress_snapshot(self, round_id: str) -> dict[str, Any] | None:
+        players = self.progress.players(round_id)
+        return await self._progress_message(round_id, players) if players else None
+
+    async def gap_after(self, after: tuple[int, int]) -> bool:
+        """True when events after ``after`` may have been trimmed from the stream already."""
+        try:
+            info = await self.game.conn.xinfo_stream(self.guess_events)
+        except redis.ResponseError:
+            return False  # no stream yet: nothing was ever trimmed
+        length = int(info.get("length", 0))
+        if int(info.get("entries-added", length)) <= length:
+            return False  # nothing ever trimmed
+        if length:
+            oldest = parse_event_id(_text(info["first-entry"][0]))
+        else:
+            last = parse_event_id(_text(info.get("last-generated-id", b"0-0")))
+            oldest = (last[0], last[1] + 1) if last else None
+        # Trimmed ids all precede the oldest retained one; whether any came after `after`
+        # is not known, so an `after` older than the oldest retained id is a gap.
+        return oldest is not None and after < oldest
+
+    async def replay(self, player_id: str, after: str) -> list[Outgoing]:
+        """This player's retained scores after ``after``, oldest first."""
+        out: list[Outgoing] = []
+        cursor = after
+        while True:
+            events = await self.game.queue.events.since(cursor, count=REPLAY_PAGE)
+            for event in events:
+                msg = score_message(event)
+                if msg is not None and msg["player_id"] == player_id:
+                    out.append(Outgoing(dumps(msg), event.job_id))
+            if len(events) < REPLAY_PAGE:
+                return out
+            cursor = events[-1].event_id
+
+    # -- the reader -----------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        assert self.game.config.valkey_url
+        self._reader = redis.asyncio.Redis.from_url(
+            self.game.config.valkey_url, socket_timeout=READER_SOCKET_TIMEOUT_S,
+            socket_connect_timeout=2, socket_keepalive=True,
+        )
+        positions: dict[Any, Any] = {}  # stream key -> last id seen
+        delay = 0.1
+        while True:
+            try:
+                if not positions:
+                    # Start at the streams' ends: a socket that needs older events asks for
+                    # them with after= (replay), not through the live fan-out.
+                    positions = {
+                        self.guess_events: await self._last_id(self.guess_events),
+                        self.round_events: await self._last_id(self.round_events),
+                    }
+                reply = await self._reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
+                delay = 0.1
+            except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
+                log.warning("events reader: %s: %s; retrying in %.1fs",
+                            type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            for raw_stream, entries in _streams(reply):
+                stream = _text(raw_stream)
+                for raw_id, fields in entries:
+                    event = echomq.Event.from_entry(raw_id, fields)
+                    positions[stream] = event.event_id
+                    try:
+                        if stream == self.guess_events:
+                            self._on_guess_event(event)
+                        else:
+                            await self._on_round_event(event)
+                    except Exception:  # one bad event must not stop the feed
+                        log.exception("events reader: could not handle %s", event.event_id)
+
+    async def _last_id(self, key: str) -> str:
+        assert self._reader is not None
+        entries = await self._reader.xrevrange(key, count=1)
+        return _text(entries[0][0]) if entries else "0-0"
+
+    def _on_guess_event(self, event: echomq.Event) -> None:
+        msg = score_message(event)
+        if msg is None:
+            return
+        self._observe_latency(event)
+        out = Outgoing(dumps(msg), event.job_id)
+        for conn in list(self._by_player.get(msg["player_id"], ())):
+            if self._offer(conn, out):
+                self.metrics.scores_pushed.inc()
+        if isinstance(msg["round_id"], str):
+            self.progress.scored(msg["round_id"], msg["player_id"], msg["seq"], msg["exact"],
+                                 msg["near"], bool(msg["solved"]))
+        if msg["solved"]:
+            self._board_dirty = True  # only a solve can change anyone's points
+
+    def _observe_latency(self, event: echomq.Event) -> None:
+        done = parse_event_id(event.event_id)
+        try:
+            accepted_ms = ulid_time_ms(event.job_id)
+        except ValueError:
+            return
+        if done is not None and done[0] >= accepted_ms:
+            self.metrics.score_latency.observe((done[0] - accepted_ms) / 1000)
+
+    async def _on_round_event(self, event: echomq.Event) -> None:
+        if event.type != "completed":
+            return
+        result = event.result
+        if not isinstance(result, dict):
+            return
+        now = await self.game.queue.server_time_ms()
+        for round_id in (result.get("closed"), result.get("opened")):
+            if not isinstance(round_id, str):
+                continue
+            info = await self.game.rounds.get(round_id)
+            if info is not None:
+                self.broadcast({"type": "round", **info.public(now)})
+                self.progress.opened(round_id)
+
+    # -- the flusher ----------------------------------------------------------------------------
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            try:
+                await self.flush()
+            except Exception as exc:  # noqa: BLE001 - retried next tick, changes kept
+                log.warning("hub flush: %s: %s", type(exc).__name__, exc)
+
+    async def flush(self) -> None:
+        """Send the coalesced progress (changed players only) and, if due, the leaderboard."""
+        await self._names_of(self.progress.changed_ids())  # before taking: may fail
+        for round_id, players in self.progress.take_changes():
+            self.broadcast(await self._progress_message(round_id, players))
+        now = time.monotonic()
+        if self._board_dirty and now - self._board_at >= LEADERBOARD_INTERVAL_S:
+            self._board_at = now
+            self._board_dirty = False  # before the read: a solve meanwhile marks it again
+            try:
+                board = await self.game.leaderboard()
+            except BaseException:
+                self._board_dirty = True
+                raise
+            if board != self._board:
+                self._board = board
+                self.broadcast({"type": "leaderboard", "players": board})
+
+    async def _progress_message(self, round_id: str,
+                                players: dict[str, PlayerProgress]) -> dict[str, Any]:
+        names = await self._names_of(players)
+        return {"type": "progress", "round_id": round_id,
+                "players": [p.row(pid, names[pid]) for pid, p in players.items()]}
+
+    async def _names_of(self, player_ids: Any) -> dict[str, str]:
+        missing = [pid for pid in player_ids if pid not in self._names]
+        if missing:
+            self._names.update(await store.player_names(self.game.engine, missing))
+        return {pid: self._names.get(pid, "") for pid in player_ids}
+
+
+def _streams(reply: Any) -> list[tuple[Any, list[Any]]]:
+    """XREAD's reply as (stream, entries) pairs, whether RESP2 (list) or RESP3 (dict)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(stream, value[0]) for stream, value in reply.items()]
+    return [(stream, entries) for stream, entries in reply]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

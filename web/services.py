@@ -1,0 +1,64 @@
+"""What every route of one web process shares: the game, the hub, the metrics, the admin
+token — and the one path a guess takes in, whether it came over HTTP or the socket."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from codemojex import store
+from codemojex.config import Config
+from codemojex.errors import CodemojexError, Unauthorized
+from codemojex.game import Game
+from codemojex.guesses import Accepted
+from web.errors import BACKEND_ERRORS
+from web.hub import Hub
+from web.metrics import Metrics
+
+
+@dataclass(slots=True)
+class Services:
+    config: Config
+    game: Game
+    hub: Hub
+    metrics: Metrics
+    admin_token: str
+
+    async def player(self, token: str | None) -> store.Player:
+        """The player owning ``token``, else :class:`Unauthorized` (401)."""
+        return await self.game.authenticate(token)
+
+    def check_admin(self, token: str | None) -> None:
+        """The admin token or 401; compared in constant time (a player's token is no key)."""
+        if not token or not hmac.compare_digest(
+            token.encode("utf-8", "surrogateescape"),
+            self.admin_token.encode("utf-8", "surrogateescape"),
+        ):
+            raise Unauthorized("the admin token is required")
+
+    async def accept_guess(self, player_id: str, round_id: str, guess: object,
+                           idempotency_key: str | None) -> Accepted:
+        """Submit one guess, count its outcome and tell the hub (progress) if it is new."""
+        try:
+            accepted = await self.game.submit(player_id, round_id, guess, idempotency_key)
+        except CodemojexError as exc:
+            self.count(exc.code)
+            raise
+        except BACKEND_ERRORS:
+            self.count("unavailable")
+            raise
+        self.count("accepted" if accepted.created else "replayed")
+        if accepted.created:
+            self.hub.progress.accepted(round_id, player_id, accepted.seq)
+        return accepted
+
+    def count(self, outcome: str) -> None:
+        self.metrics.submissions.labels(outcome).inc()
+
+
+def services_of(conn: HTTPConnection) -> Services:
+    services = conn.app.state.services
+    assert isinstance(services, Services)
+    return services

@@ -1,0 +1,247 @@
+"""``GET /ws?token=…[&after=<event_id>]``: one player's live socket (CONTRACT §4).
+
+Admission happens before the upgrade: an ``Origin`` that is neither the server's own (the
+request's ``Host``) nor on ``config.allowed_origins`` is refused with HTTP 403, and so is a
+bad token; a missing ``Origin`` (a non-browser client) is let in. Then, in this order: the
+current ``round``, the ``leaderboard``, the replay (with ``after=``: a ``gap`` first if
+events after it were trimmed, then this player's retained scores after it), the field's
+progress so far, and the live feed from the hub.
+
+Two tasks serve a socket: the pump, the only writer, drains the hub's bounded outbox
+(sending each job's score at most once, and a ``ping`` after 20 idle seconds); the reader
+answers the client's ``guess`` frames through the outbox too. A socket whose outbox
+overflows is closed with 4008. Malformed frames get an ``error`` message; binary frames
+close with 1003, oversize ones with 1009; server trouble closes with 1013 — never 1011.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from codemojex import store
+from codemojex.errors import CodemojexError, InvalidBody, Unauthorized, Unavailable
+from web.errors import (
+    BACKEND_ERRORS,
+    MAX_BODY_BYTES,
+    RETRY_AFTER_S,
+    Forbidden,
+    guess_fields,
+    idempotency_key,
+    parse_json_object,
+)
+from web.hub import dumps, parse_event_id
+from web.outbox import Connection, Outgoing
+from web.services import Services, services_of
+
+log = logging.getLogger("codemojex.web.ws")
+
+CLOSE_UNSUPPORTED_DATA = 1003  # binary frames
+CLOSE_TOO_BIG = 1009
+CLOSE_TRY_AGAIN_LATER = 1013  # the backend failed us; the page reconnects and resumes
+CLOSE_TOO_SLOW = 4008  # fell too far behind; the page resumes with after=
+
+PING_INTERVAL_S = 20.0
+BACKEND_TIMEOUT_S = 5.0
+GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
+CLOSE_TIMEOUT_S = 2.0  # a socket too slow to take our close frame is simply dropped
+PING = dumps({"type": "ping"})
+
+
+class _Done(Exception):
+    """The reader's way to end the socket with a close code (None: the client left)."""
+
+    def __init__(self, code: int | None) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def origin_allowed(headers: Headers, allowed: tuple[str, ...]) -> bool:
+    origin = headers.get("origin")
+    if origin is None:
+        return True  # not a browser: Origin is a browser's promise, nothing to check
+    origin = origin.strip().rstrip("/").lower()
+    if origin in {a.strip().rstrip("/").lower() for a in allowed}:
+        return True
+    host = (headers.get("host") or "").strip().lower()
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host
+
+
+async def _refuse(websocket: WebSocket, error: CodemojexError) -> None:
+    """Refuse before the upgrade: an HTTP answer with the error body where the server
+    supports it, else a close before accept (which the server answers with 403)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(
+            JSONResponse(error.body(), status_code=error.status, headers=error.headers()))
+    else:
+        await websocket.close()
+
+
+async def socket_endpoint(websocket: WebSocket) -> None:
+    services = services_of(websocket)
+    if not origin_allowed(websocket.headers, services.config.allowed_origins):
+        await _refuse(websocket, Forbidden("this page's origin may not open the game socket"))
+        return
+    try:
+        async with asyncio.timeout(BACKEND_TIMEOUT_S):
+            player = await services.player(websocket.query_params.get("token"))
+    except Unauthorized:
+        await _refuse(websocket, Forbidden("a valid player token is required"))
+        return
+    except BACKEND_ERRORS as exc:
+        log.warning("socket refused, backend unavailable: %s: %s", type(exc).__name__, exc)
+        await _refuse(websocket, Unavailable(retry_after_s=RETRY_AFTER_S))
+        return
+
+    await websocket.accept()
+    conn = services.hub.join(player.player_id)
+    try:
+        code = await _session(websocket, services, player, conn)
+    except WebSocketDisconnect:
+        return
+    except Exception as exc:  # never let the server answer 1011
+        if isinstance(exc, BACKEND_ERRORS):
+            log.warning("socket closed, backend unavailable: %s: %s", type(exc).__name__, exc)
+        else:
+            log.exception("socket of %s failed", player.player_id)
+        code = CLOSE_TRY_AGAIN_LATER
+    finally:
+        services.hub.leave(conn)
+    if code is not None:
+        await _close(websocket, code)
+
+
+async def _close(websocket: WebSocket, code: int) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await websocket.close(code)
+
+
+async def _session(websocket: WebSocket, services: Services, player: store.Player,
+                   conn: Connection) -> int | None:
+    """Greet, then pump and read until one of them ends; returns the close code to send."""
+    async with asyncio.timeout(GREETING_TIMEOUT_S):
+        await _greet(websocket, services, player, conn)
+    pump = asyncio.create_task(_pump(websocket, conn))
+    reader = asyncio.create_task(_read(websocket, services, player, conn))
+    evicted = asyncio.create_task(conn.evicted.wait())
+    tasks = (pump, reader, evicted)
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    if conn.evicted.is_set():
+        return CLOSE_TOO_SLOW
+    for result in results:
+        if isinstance(result, _Done):
+            return result.code
+        if isinstance(result, WebSocketDisconnect | asyncio.CancelledError):
+            continue
+        if isinstance(result, BaseException):
+            raise result
+    return None
+
+
+async def _greet(websocket: WebSocket, services: Services, player: store.Player,
+                 conn: Connection) -> None:
+    """Round, leaderboard, replay, progress — sent directly: the pump is not running yet,
+    and the hub meanwhile queues live messages in the outbox (deduped by the pump)."""
+    info, now = await services.game.current_round()
+    await websocket.send_text(dumps({"type": "round", **info.public(now)}))
+    await websocket.send_text(dumps(
+        {"type": "leaderboard", "players": await services.hub.leaderboard()}))
+    after = websocket.query_params.get("after")
+    if after is not None:
+        pos = parse_event_id(after)
+        if pos is None or await services.hub.gap_after(pos):
+            await websocket.send_text(dumps({"type": "gap"}))
+        if pos is not None:
+            for item in await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}"):
+                if conn.first_time(item.job_id):
+                    await websocket.send_text(item.text)
+    progress = await services.hub.progress_snapshot(info.round_id)
+    if progress is not None:
+        await websocket.send_text(dumps(progress))
+
+
+async def _pump(websocket: WebSocket, conn: Connection) -> None:
+    while True:
+        try:
+            async with asyncio.timeout(PING_INTERVAL_S):
+                item = await conn.outbox.get()
+        except TimeoutError:
+            await websocket.send_text(PING)  # keeps idle sockets alive through proxies
+            continue
+        if conn.first_time(item.job_id):
+            await websocket.send_text(item.text)
+
+
+async def _read(websocket: WebSocket, services: Services, player: store.Player,
+                conn: Connection) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise _Done(None)
+        if message.get("bytes") is not None:
+            raise _Done(CLOSE_UNSUPPORTED_DATA)
+        text = message.get("text")
+        if text is None:
+            continue
+        if len(text) > MAX_BODY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+            raise _Done(CLOSE_TOO_BIG)
+        reply = await _answer(text, services, player)
+        if reply is not None:
+            conn.offer(Outgoing(dumps(reply)))
+
+
+async def _answer(text: str, services: Services, player: store.Player) -> dict[str, Any] | None:
+    """The reply to one client frame (None: nothing to say)."""
+    client_id: str | None = None
+    try:
+        body = parse_json_object(text)
+        kind = body.get("type")
+        if kind == "ping":
+            return {"type": "pong"}
+        if kind != "guess":
+            raise InvalidBody("type must be \"guess\"")
+        raw_id = body.get("client_id")
+        if raw_id is not None:
+            client_id = idempotency_key(raw_id if isinstance(raw_id, str) else "")
+        try:
+            round_id, guess = guess_fields(body)
+        except InvalidBody as exc:
+            services.count(exc.code)
+            raise
+        async with asyncio.timeout(BACKEND_TIMEOUT_S):
+            # client_id doubles as the Idempotency-Key: a page that resends a guess over
+            # HTTP after its socket dropped (same key) can never have it counted twice.
+            accepted = await services.accept_guess(player.player_id, round_id, guess, client_id)
+    except CodemojexError as exc:
+        out: dict[str, Any] = {"type": "error", "client_id": client_id, **exc.body()}
+        retry = exc.headers().get("Retry-After")
+        if retry is not None:
+            out["retry_after"] = int(retry)
+        return out
+    except BACKEND_ERRORS as exc:
+        log.warning("socket guess: backend unavailable: %s: %s", type(exc).__name__, exc)
+        return {"type": "error", "client_id": client_id, "error": "unavailable",
+                "detail": "the game is temporarily unavailable", "retry_after": RETRY_AFTER_S}
+    return {"type": "accepted", "client_id": client_id, "job_id": accepted.job_id,
+            "seq": accepted.seq}
+
+
+routes: list[BaseRoute] = [WebSocketRoute("/ws", socket_endpoint)]
