@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ import redis.asyncio
 
 import echomq
 from codemojex import control
+from echomq.server import die_with_parent
 
 if TYPE_CHECKING:
     from echomq.server import EmbeddedValkey
@@ -49,34 +48,12 @@ MAX_RESTART_DELAY_S = 30.0
 QUICK_DEATH_S = 3.0  # a child that dies this soon after its start is crash-looping: back off
 STOP_TIMEOUT_S = 15.0  # a worker's grace for in-flight jobs is one lease (10 s), plus margin
 READY_TIMEOUT_S = 30.0
-_PR_SET_PDEATHSIG = 1
 
 
 class StartupFailed(Exception):
     """The web server died or never answered ``/healthz`` while ``up`` was starting."""
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the kernel SIGTERM the child when we die (None off Linux).
-
-    The death signal fires when the *thread* that forked exits, so spawn from the main thread.
-    ``prctl`` is resolved here, in the parent: the forked child runs no dlopen.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    sigterm = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died between fork and prctl
-            os._exit(1)
-
-    return preexec
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:

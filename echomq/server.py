@@ -132,7 +132,7 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
-def _die_with_parent_preexec() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the kernel SIGTERM the child when we die, or None off Linux.
 
     ``prctl`` is resolved here, in the parent, so the forked child runs no dlopen/dlsym.
@@ -329,7 +329,7 @@ class EmbeddedValkey:
                 # workers first and the server last. PDEATHSIG still covers our death.
                 process_group=0,
                 # Runs between fork and exec: only prctl and getppid, no locks, no imports.
-                preexec_fn=_die_with_parent_preexec(),  # noqa: PLW1509
+                preexec_fn=die_with_parent(),  # noqa: PLW1509
             )
         self._proc, self.pid = proc, proc.pid
         _live_servers.add(self)
