@@ -44,11 +44,9 @@ def _stdin_lines(loop: asyncio.AbstractEventLoop, go: asyncio.Event, stop: async
 
 
 async def run_echomq(a: argparse.Namespace, go: asyncio.Event, stop: asyncio.Event) -> int:
-    import redis.asyncio as aioredis
+    from echomq import Claim, Consumer, Queue, connect
 
-    from echomq import Claim, Consumer, Queue
-
-    conn = aioredis.from_url(a.url)
+    conn = connect(a.url)  # hiredis packing, as EchoMQ's own clients use
     await conn.ping()
     q = Queue(conn, a.queue)
 

@@ -45,7 +45,7 @@ class Game:
     @classmethod
     def connect(cls, config: Config) -> Game:
         assert config.valkey_url, "valkey_url is required"
-        conn = redis.asyncio.Redis.from_url(
+        conn = echomq.connect(
             config.valkey_url, socket_timeout=5, socket_connect_timeout=2,
             health_check_interval=10,
         )

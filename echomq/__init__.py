@@ -24,6 +24,7 @@ Semantics, plainly:
 
 from __future__ import annotations
 
+from .connection import connect
 from .consumer import Consumer, Handler
 from .errors import (
     DeadlinePassed,
@@ -62,6 +63,7 @@ __all__ = [
     "Settings",
     "WorkerInfo",
     "branded",
+    "connect",
     "is_branded",
     "job_id",
     "ulid",

@@ -90,7 +90,7 @@ class Consumer:
         source: Source = "lanes",
         batch: int = 32,
         prefetch: int | None = None,
-        heartbeat_ms: int = 1_000,
+        heartbeat_ms: int | None = None,
         lapse_ms: int = 3_000,
         reap_interval_ms: int = 1_000,
         park_max_ms: int = 5_000,
@@ -102,6 +102,12 @@ class Consumer:
             raise ValueError("concurrency and batch must be >= 1, lease_ms >= 100")
         if source not in ("lanes", "jobs"):
             raise ValueError("source must be 'lanes' or 'jobs'")
+        # A beat must land well inside the lapse, or the reaper takes a live worker's jobs
+        # between two beats: by default once a second, or thrice per lapse if that is shorter.
+        if heartbeat_ms is None:
+            heartbeat_ms = max(10, min(1_000, lapse_ms // 3))
+        if heartbeat_ms >= lapse_ms:
+            raise ValueError("heartbeat_ms must be shorter than lapse_ms")
         self.queue = queue
         self.handler = handler
         self.lease_ms = lease_ms
@@ -131,6 +137,7 @@ class Consumer:
         self._lost: set[_Key] = set()
         self._finishing: set[_Key] = set()  # completion queued or in flight
         self._room = asyncio.Event()
+        self._kick = asyncio.Event()  # our reaper moved jobs: claim now, do not park
         self._outbox: list[tuple[str, int, Any, asyncio.Future[bool]]] = []
         self._outbox_ready = asyncio.Event()
         self._stopping = asyncio.Event()  # stop(): claim no more, drain
@@ -217,6 +224,7 @@ class Consumer:
                 await self._until(self._room.wait())
                 continue
             asked = min(room, self.batch)
+            self._kick.clear()
             try:
                 got = await self._claim(asked)
                 backoff.reset()
@@ -234,27 +242,31 @@ class Consumer:
         timeout_ms = self.park_max_ms
         if got.next_due_ms is not None:
             timeout_ms = min(timeout_ms, max(10, got.next_due_ms - got.server_now_ms))
+        if self._kick.is_set():
+            return
         if self._park_conn is None:
             self._park_conn = _blocking_twin(self.queue.conn)
         try:
             parked = self._park_conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
-            if not await self._until(parked):
-                # Stopping mid-BLPOP: drop the blocked connection rather than trust the
-                # cancelled read to leave it clean.
+            if not await self._until(parked, self._kick):
+                # Stopping or kicked mid-BLPOP: drop the blocked connection rather than
+                # trust the cancelled read to leave it clean.
                 await self._park_conn.aclose()
                 self._park_conn = None
         except TRANSIENT as e:
             log.warning("park failed (%s)", e)
             await self._until(asyncio.sleep(min(1.0, timeout_ms / 1000)))
 
-    async def _until(self, aw: Awaitable[Any]) -> bool:
-        """Await ``aw`` unless stop() comes first; True when ``aw`` finished."""
+    async def _until(self, aw: Awaitable[Any], *also: asyncio.Event) -> bool:
+        """Await ``aw`` unless stop() (or one of ``also``) comes first; True when ``aw``
+        finished."""
         task = asyncio.ensure_future(aw)
-        stop = asyncio.ensure_future(self._stopping.wait())
+        stops = [asyncio.ensure_future(e.wait()) for e in (self._stopping, *also)]
         try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, *stops}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
+            for stop in stops:
+                stop.cancel()
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -403,7 +415,13 @@ class Consumer:
         await self.queue.heartbeat(self.worker_id, self.lapse_ms, meta)
 
     async def _reap(self) -> None:
-        await self.queue.stalled.reap()
+        if await self.queue.stalled.reap():
+            # The jobs are back on their lanes and their wake token is on the wake key, but
+            # the consumer parked longest may be the very holder presumed dead: a frozen
+            # (SIGSTOPped, paused) process keeps its BLPOP registered and swallows the token,
+            # leaving the live ones parked until park_max_ms. So the consumer that hosts the
+            # reaper stops parking and claims at once.
+            self._kick.set()
 
     # -- stopping -----------------------------------------------------------------
 

@@ -18,11 +18,12 @@ promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}
 local popped = redis.call('ZPOPMIN', K_PENDING, count)
+local ids = {}
 for i = 1, #popped, 2 do
-  out[#out + 1] = lease(popped[i], worker, now, lease_ms)
+  ids[#ids + 1] = popped[i]
 end
-if #popped > 0 then
-  redis.call('HINCRBY', K_COUNTERS, 'claimed', #popped / 2)
+for _, claim in ipairs(lease_all(ids, worker, now, lease_ms)) do
+  out[#out + 1] = claim
 end
 -- More work left: pass the wake token on to the next parked consumer.
 if redis.call('ZCARD', K_PENDING) > 0 then wake() end

@@ -22,8 +22,8 @@ local now = server_now()
 promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}
-local leased = 0
-while leased < count do
+local ids = {}
+while #ids < count do
   local lane = redis.call('LPOP', K_RING)
   if not lane then break end
   local lk = lane_key(lane)
@@ -32,12 +32,11 @@ while leased < count do
     redis.call('RPUSH', K_RING, lane)
   end
   if #popped > 0 then
-    out[#out + 1] = lease(popped[1], worker, now, lease_ms)
-    leased = leased + 1
+    ids[#ids + 1] = popped[1]
   end
 end
-if leased > 0 then
-  redis.call('HINCRBY', K_COUNTERS, 'claimed', leased)
+for _, claim in ipairs(lease_all(ids, worker, now, lease_ms)) do
+  out[#out + 1] = claim
 end
 if redis.call('LLEN', K_RING) > 0 then wake() end
 return out

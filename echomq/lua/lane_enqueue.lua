@@ -46,11 +46,11 @@ if ARGV[7] == '1' then
   redis.call('PEXPIRE', KEYS[4], ARGV[8])
 end
 redis.call('HSET', jk, 'id', id, 'lane', lane, 'payload', ARGV[3], 'max', ARGV[4],
-  'attempts', ARGV[9], 'failures', 0, 'stalls', 0, 'enq', now)
+  'attempts', ARGV[9], 'failures', 0, 'stalls', 0, 'enq', now, 'state', 'pending')
 if seq >= 0 then
   redis.call('HSET', jk, 'seq', seq)
 end
 redis.call('HINCRBY', K_LANELOAD, lane, 1)
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
-place(id, lane)
+place(id, lane, true)
 return {1, id, seq}

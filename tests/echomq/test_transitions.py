@@ -306,14 +306,35 @@ async def test_deadline_refuses_and_changes_nothing(q: echomq.Queue) -> None:
 
 async def test_completed_rows_are_trimmed_by_count(q: echomq.Queue) -> None:
     small = echomq.Queue(q.conn, q.name, echomq.Settings(keep_completed=5))
-    for i in range(20):
+    for i in range(100):
         await small.jobs.enqueue(i)
         c = await small.jobs.claim("w", LEASE)
         assert c is not None
         await small.jobs.complete(c.job_id, c.token)
-    assert (await small.stats())["completed"] == 5
+        # trimmed in batches every 32 completions: never more than keep + 32 rows
+        assert (await small.stats())["completed"] <= 5 + 32
+    assert (await small.stats())["completed"] == 5 + 100 % 32  # last trim at #96
     rows = [k async for k in q.conn.scan_iter(match=f"{q.keys.prefix}job:*")]
-    assert len(rows) == 5
+    assert len(rows) == 5 + 100 % 32
+
+
+async def test_completed_rows_are_trimmed_by_age(q: echomq.Queue) -> None:
+    aged = echomq.Queue(q.conn, q.name, echomq.Settings(keep_completed_ms=1))
+    for i in range(32):
+        await aged.jobs.enqueue(i)
+        c = await aged.jobs.claim("w", LEASE)
+        assert c is not None
+        await asyncio.sleep(0.002)
+        await aged.jobs.complete(c.job_id, c.token)
+    assert (await aged.stats())["completed"] <= 1
+
+
+async def test_big_claim_batches_are_leased_whole(q: echomq.Queue) -> None:
+    for start in range(0, 2_500, 50):
+        await asyncio.gather(*(q.lanes.enqueue(f"l{i % 3}", i) for i in range(start, start + 50)))
+    batch = await q.lanes.claim_many("w", LEASE, 2_500)
+    assert len(batch.claims) == 2_500 and (await q.stats())["active"] == 2_500
+    assert await q.conn.scard(q.keys.worker_jobs("w")) == 2_500
 
 
 async def test_events_stream_is_capped(q: echomq.Queue) -> None:

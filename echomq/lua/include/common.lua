@@ -37,7 +37,8 @@ end
 
 -- Put a job back where claims find it: its lane (joining the ring if the lane was
 -- empty, so the ring holds exactly the non-empty lanes) or the plain pending set.
-local function place(id, lane)
+-- `state_written`: the caller already set state=pending in its own HSET of the row.
+local function place(id, lane, state_written)
   if lane ~= nil and lane ~= '' then
     local lk = lane_key(lane)
     redis.call('ZADD', lk, 0, id)
@@ -47,7 +48,9 @@ local function place(id, lane)
   else
     redis.call('ZADD', K_PENDING, 0, id)
   end
-  redis.call('HSET', job_key(id), 'state', 'pending')
+  if not state_written then
+    redis.call('HSET', job_key(id), 'state', 'pending')
+  end
   wake()
 end
 
@@ -104,17 +107,30 @@ local function next_due()
   return tonumber(first[2])
 end
 
--- Lease one popped job to `worker`: bump the fencing token, record the deadline.
--- Returns the claim tuple the client decodes.
-local function lease(id, worker, now, lease_ms)
-  local jk = job_key(id)
-  local token = redis.call('HINCRBY', jk, 'attempts', 1)
+-- Lease popped jobs to `worker`: bump each one's fencing token and record the deadline;
+-- the active set and the worker's job set take the whole batch in one command each.
+-- Returns the claim tuples the client decodes.
+local function lease_all(ids, worker, now, lease_ms)
+  local out, scored = {}, {}
+  if #ids == 0 then return out end
   local until_ms = now + lease_ms
-  redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
-  redis.call('ZADD', K_ACTIVE, until_ms, id)
-  redis.call('SADD', wjobs_key(worker), id)
-  local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq')
-  return {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0'}
+  for i, id in ipairs(ids) do
+    local jk = job_key(id)
+    local token = redis.call('HINCRBY', jk, 'attempts', 1)
+    redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
+    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq')
+    out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0'}
+    scored[2 * i - 1] = until_ms
+    scored[2 * i] = id
+  end
+  -- unpack() is bounded by Lua's C stack: send big batches in slices
+  for first = 1, #ids, 1000 do
+    local last = math.min(first + 999, #ids)
+    redis.call('ZADD', K_ACTIVE, unpack(scored, 2 * first - 1, 2 * last))
+    redis.call('SADD', wjobs_key(worker), unpack(ids, first, last))
+  end
+  redis.call('HINCRBY', K_COUNTERS, 'claimed', #ids)
+  return out
 end
 
 -- A holder presumed dead: its lease expired or its heartbeat lapsed. Count the stall
