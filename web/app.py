@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
     Guard,
-    log,
     on_backend_error,
     on_game_error,
     on_http_error,
@@ -42,6 +42,8 @@ from web.hub import Hub
 from web.metrics import CONTENT_TYPE, Metrics
 from web.openapi import openapi_document
 from web.services import Services, services_of
+
+log = logging.getLogger("codemojex.web")
 
 STATIC_DIR = Path(__file__).with_name("static")
 METRICS_QUEUE_TIMEOUT_S = 2.0

@@ -60,14 +60,6 @@ class NotFound(CodemojexError):
     default_detail = "no such resource"
 
 
-class Forbidden(CodemojexError):
-    """A socket refused at the door: foreign Origin or bad token (HTTP 403 before upgrade)."""
-
-    code = "forbidden"
-    status = 403
-    default_detail = "not allowed"
-
-
 def error_response(exc: CodemojexError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 

@@ -23,17 +23,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from codemojex import store
-from codemojex.errors import CodemojexError, InvalidBody, Unauthorized, Unavailable
+from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
 from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
     RETRY_AFTER_S,
-    Forbidden,
     guess_fields,
     idempotency_key,
     parse_json_object,
@@ -79,30 +77,30 @@ def origin_allowed(headers: Headers, allowed: tuple[str, ...]) -> bool:
     return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host
 
 
-async def _refuse(websocket: WebSocket, error: CodemojexError) -> None:
-    """Refuse before the upgrade: an HTTP answer with the error body where the server
-    supports it, else a close before accept (which the server answers with 403)."""
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(
-            JSONResponse(error.body(), status_code=error.status, headers=error.headers()))
-    else:
-        await websocket.close()
+async def _refuse(websocket: WebSocket) -> None:
+    """Refuse before the upgrade: a close before accept, which the server answers with
+    HTTP 403. (Not a denial response with a JSON body: a browser cannot read it, and
+    uvicorn's sansio protocol logs a spurious error after one.)"""
+    await websocket.close()
 
 
 async def socket_endpoint(websocket: WebSocket) -> None:
     services = services_of(websocket)
     if not origin_allowed(websocket.headers, services.config.allowed_origins):
-        await _refuse(websocket, Forbidden("this page's origin may not open the game socket"))
+        await _refuse(websocket)
         return
     try:
         async with asyncio.timeout(BACKEND_TIMEOUT_S):
             player = await services.player(websocket.query_params.get("token"))
     except Unauthorized:
-        await _refuse(websocket, Forbidden("a valid player token is required"))
+        await _refuse(websocket)
         return
     except BACKEND_ERRORS as exc:
-        log.warning("socket refused, backend unavailable: %s: %s", type(exc).__name__, exc)
-        await _refuse(websocket, Unavailable(retry_after_s=RETRY_AFTER_S))
+        # Not a 403: the token may be fine. Accept and close "try again later", which
+        # the page answers by reconnecting with backoff.
+        log.warning("socket closed, backend unavailable: %s: %s", type(exc).__name__, exc)
+        await websocket.accept()
+        await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
 
     await websocket.accept()
@@ -121,6 +119,15 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         services.hub.leave(conn)
     if code is not None:
         await _close(websocket, code)
+
+
+async def _send(websocket: WebSocket, text: str) -> None:
+    """Send a text frame; a connection the server already closed (say, 1009 for a frame
+    over its size limit) counts as gone, like one the client closed."""
+    try:
+        await websocket.send_text(text)
+    except RuntimeError as exc:
+        raise WebSocketDisconnect(1006) from exc
 
 
 async def _close(websocket: WebSocket, code: int) -> None:
@@ -161,21 +168,21 @@ async def _greet(websocket: WebSocket, services: Services, player: store.Player,
     """Round, leaderboard, replay, progress — sent directly: the pump is not running yet,
     and the hub meanwhile queues live messages in the outbox (deduped by the pump)."""
     info, now = await services.game.current_round()
-    await websocket.send_text(dumps({"type": "round", **info.public(now)}))
-    await websocket.send_text(dumps(
+    await _send(websocket, dumps({"type": "round", **info.public(now)}))
+    await _send(websocket, dumps(
         {"type": "leaderboard", "players": await services.hub.leaderboard()}))
     after = websocket.query_params.get("after")
     if after is not None:
         pos = parse_event_id(after)
         if pos is None or await services.hub.gap_after(pos):
-            await websocket.send_text(dumps({"type": "gap"}))
+            await _send(websocket, dumps({"type": "gap"}))
         if pos is not None:
             for item in await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}"):
                 if conn.first_time(item.job_id):
-                    await websocket.send_text(item.text)
+                    await _send(websocket, item.text)
     progress = await services.hub.progress_snapshot(info.round_id)
     if progress is not None:
-        await websocket.send_text(dumps(progress))
+        await _send(websocket, dumps(progress))
 
 
 async def _pump(websocket: WebSocket, conn: Connection) -> None:
@@ -184,10 +191,10 @@ async def _pump(websocket: WebSocket, conn: Connection) -> None:
             async with asyncio.timeout(PING_INTERVAL_S):
                 item = await conn.outbox.get()
         except TimeoutError:
-            await websocket.send_text(PING)  # keeps idle sockets alive through proxies
+            await _send(websocket, PING)  # keeps idle sockets alive through proxies
             continue
         if conn.first_time(item.job_id):
-            await websocket.send_text(item.text)
+            await _send(websocket, item.text)
 
 
 async def _read(websocket: WebSocket, services: Services, player: store.Player,

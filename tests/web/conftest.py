@@ -34,7 +34,7 @@ from websockets.asyncio.client import ClientConnection
 import echomq
 from codemojex.config import Config
 from codemojex.store import migrate, sqlite_url
-from echomq.server import EmbeddedValkey
+from echomq.server import EmbeddedValkey, die_with_parent
 from tests.helpers import free_port
 from web.app import UVICORN_OPTIONS, create_app
 
@@ -168,8 +168,8 @@ def start_worker(config: Config, log: Path) -> WorkerProcess:
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN, worker_id], env=env,
                                 stdout=out, stderr=subprocess.STDOUT,
-                                # the child runs only prctl before exec: no locks involved
-                                preexec_fn=_die_with_parent())  # noqa: PLW1509
+                                # never outlive the test run; the child runs only prctl
+                                preexec_fn=die_with_parent())  # noqa: PLW1509
     worker = WorkerProcess(worker_id, proc)
     import redis
 
@@ -184,18 +184,6 @@ def start_worker(config: Config, log: Path) -> WorkerProcess:
     finally:
         conn.close()
     return worker
-
-
-def _die_with_parent() -> Any:
-    """A worker must never outlive the test run (the kernel SIGTERMs it when we die)."""
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return preexec
 
 
 @pytest.fixture
