@@ -88,7 +88,7 @@ class Game:
     async def round_view(self, round_id: str) -> dict[str, Any]:
         info = await self.rounds.get(round_id)
         if info is None:
-            raise RoundNotFound(f"no round {round_id}")
+            raise RoundNotFound("no such round")
         now = await self.queue.server_time_ms()
         out = info.public(now)
         if out["state"] == "closed":
@@ -106,7 +106,7 @@ class Game:
         info = await self.queue.jobs.get(job_id)
         score = await store.score_by_job(self.engine, job_id)
         if info is None and score is None:
-            raise JobNotFound(f"no guess {job_id}")
+            raise JobNotFound("no such guess")
         owner = score.player_id if score else info.payload.get("player_id")  # type: ignore[union-attr]
         if owner != player_id:
             raise NotYourGuess("that guess belongs to another player")
@@ -136,7 +136,7 @@ class Game:
 
     async def leaderboard(self, round_id: str | None = None) -> list[dict[str, Any]]:
         if round_id is not None and await self.rounds.get(round_id) is None:
-            raise RoundNotFound(f"no round {round_id}")
+            raise RoundNotFound("no such round")
         return await store.leaderboard(self.engine, round_id=round_id)
 
     # -- operations ----------------------------------------------------------------
@@ -263,7 +263,7 @@ class Admin:
     async def retry_dead(self, job_id: str) -> None:
         row = await store.get_dead(self.game.engine, job_id)
         if row is None or row.discarded:
-            raise JobNotFound(f"no dead job {job_id}")
+            raise JobNotFound("no such dead job")
         if row.retried_at_ms is not None:
             raise Conflict("that dead job was already retried")
         try:
@@ -277,7 +277,7 @@ class Admin:
 
     async def discard_dead(self, job_id: str) -> None:
         if not await store.delete_dead(self.game.engine, job_id):
-            raise JobNotFound(f"no dead job {job_id}")
+            raise JobNotFound("no such dead job")
         try:
             await self.queue.jobs.discard(job_id)
         except (echomq.JobNotFound, echomq.InvalidState):
@@ -287,7 +287,7 @@ class Admin:
         workers = {w["worker_id"]: w for w in await self.game.workers()}
         w = workers.get(worker_id)
         if w is None:
-            raise JobNotFound(f"no worker {worker_id}")
+            raise JobNotFound("no such worker")
         if not w["alive"]:
             raise Conflict(f"{worker_id} is already dead")
         await control.order_kill(self.conn, worker_id)

@@ -49,7 +49,7 @@ class Guesses:
         cells = validate_guess(guess, self.config.palette, self.config.length)
         rnd = await self.rounds.get(round_id)
         if rnd is None:
-            raise RoundNotFound(f"no round {round_id}")
+            raise RoundNotFound("no such round")
         payload = {"player_id": player_id, "round_id": round_id, "guess": list(cells)}
 
         job_id: str | None = None
