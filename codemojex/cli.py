@@ -1,5 +1,5 @@
 """The ``codemojex`` command: ``up`` (the whole game on one machine), ``web``, ``worker``,
-``migrate``.
+``migrate``, ``mash`` (the load script).
 
 Configuration comes from flags over ``CODEMOJEX_*`` environment variables over defaults
 (:meth:`Config.from_env`). ``up`` hands the resolved configuration to its children through
@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", parents=[common], help="alembic upgrade head")
     migrate.set_defaults(run=_migrate)
+
+    from codemojex.mash import command as mash_command  # import-light: flags only
+
+    mash = sub.add_parser("mash", help="keyboard mashers and chaos against a running game")
+    mash_command.add_arguments(mash)
+    mash.set_defaults(run=mash_command.run)
     return parser
 
 

@@ -1,0 +1,163 @@
+"""The game's public HTTP API as the load script uses it: one pooled ``httpx.AsyncClient``.
+
+Submissions carry an ``Idempotency-Key`` and are retried with the same key when the answer
+is lost (a transport error, a timeout, ``503``): the server then answers with the job it
+already accepted, so the load script never loses track of an accepted guess and never makes
+the server count one twice. Every call is bounded by the client's timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+REQUEST_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
+SUBMIT_ATTEMPTS = 5
+RETRY_PAUSE_S = 0.25
+
+Outcome = Literal["accepted", "lane_full", "round_closed", "refused", "unknown"]
+
+
+class ApiError(Exception):
+    """An answer the load script cannot work with (setup failures, admin refusals)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What became of one submission."""
+
+    outcome: Outcome
+    job_id: str | None = None
+    seq: int | None = None
+    retry_after_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NewPlayer:
+    player_id: str
+    name: str
+    token: str
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client: loading the CA bundle costs ~15 ms a time."""
+    return ssl.create_default_context()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    try:
+        return max(0.0, float(resp.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
+class GameApi:
+    def __init__(self, base_url: str, *, connections: int = 64) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections),
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            trust_env=False,  # a load test talks to the server it is given, not via a proxy
+            verify=_tls() if base_url.startswith("https") else False,
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    @property
+    def ws_url(self) -> str:
+        return "ws" + self.base_url.removeprefix("http") + "/ws"
+
+    async def _json(self, method: str, path: str, *, expect: int = 200,
+                    **kwargs: Any) -> Any:
+        resp = await self.http.request(method, path, **kwargs)
+        if resp.status_code != expect:
+            raise ApiError(resp.status_code, resp.text)
+        return resp.json()
+
+    # -- players and rounds ---------------------------------------------------------------------
+
+    async def create_player(self, name: str) -> NewPlayer:
+        body = await self._json("POST", "/api/players", json={"name": name}, expect=201)
+        return NewPlayer(body["player_id"], body["name"], body["token"])
+
+    async def current_round(self) -> dict[str, Any]:
+        return dict(await self._json("GET", "/api/round"))
+
+    async def round(self, round_id: str) -> dict[str, Any]:
+        return dict(await self._json("GET", f"/api/rounds/{round_id}"))
+
+    # -- guesses --------------------------------------------------------------------------------
+
+    async def submit(self, token: str, round_id: str, guess: list[str]) -> Submitted:
+        """POST one guess; on a lost answer retry with the same key (bounded)."""
+        headers = {**_bearer(token), "Idempotency-Key": uuid.uuid4().hex}
+        body = {"round_id": round_id, "guess": guess}
+        detail = ""
+        for attempt in range(SUBMIT_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(RETRY_PAUSE_S * attempt)
+            try:
+                resp = await self.http.post("/api/guesses", json=body, headers=headers)
+            except httpx.TransportError as exc:  # the answer may be lost, not the guess
+                detail = f"{type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code == 202:
+                out = resp.json()
+                return Submitted("accepted", out["job_id"], int(out["seq"]))
+            if resp.status_code == 429:
+                return Submitted("lane_full", retry_after_s=_retry_after(resp))
+            if resp.status_code == 409 and "round_closed" in resp.text:
+                return Submitted("round_closed")
+            if resp.status_code == 503:
+                detail = "503 unavailable"
+                continue
+            return Submitted("refused", detail=f"{resp.status_code} {resp.text[:200]}")
+        # Whether the server took it is unknown: counted apart, never as accepted.
+        return Submitted("unknown", detail=detail)
+
+    async def guess(self, token: str, job_id: str) -> dict[str, Any] | None:
+        resp = await self.http.get(f"/api/guesses/{job_id}", headers=_bearer(token))
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise ApiError(resp.status_code, resp.text)
+        return dict(resp.json())
+
+    async def leaderboard(self, round_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"round_id": round_id} if round_id else None
+        return list((await self._json("GET", "/api/leaderboard", params=params))["players"])
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    async def workers(self, admin_token: str) -> list[dict[str, Any]]:
+        body = await self._json("GET", "/api/admin/workers", headers=_bearer(admin_token))
+        return list(body["workers"])
+
+    async def kill(self, admin_token: str, worker_id: str) -> int:
+        """The status of the kill order: 202 ordered, 404 unknown, 409 already dead."""
+        resp = await self.http.post(f"/api/admin/workers/{worker_id}/kill",
+                                    headers=_bearer(admin_token))
+        return resp.status_code
+
+    async def queue(self, admin_token: str) -> dict[str, Any]:
+        return dict(await self._json("GET", "/api/admin/queue", headers=_bearer(admin_token)))
