@@ -162,7 +162,9 @@ class Game:
         now = await self.queue.server_time_ms()
         out = []
         for wid in dict.fromkeys([*known, *alive]):
-            w = alive.get(wid)
+            # Ids are never reused, so a recorded exit is final even while the registry
+            # still lists the worker (until its heartbeat lapses).
+            w = alive.get(wid) if wid not in exits else None
             meta = w.meta if w else {
                 k.decode(): v.decode() for k, v in
                 (await self.conn.hgetall(self.queue.keys.worker(wid))).items()}

@@ -37,7 +37,8 @@ def test_a_killed_worker_is_replaced_under_a_new_id_and_its_death_recorded(
             def alive() -> dict[str, dict[str, Any]]:
                 return alive_workers(http, up)
 
-            first = wait_until(lambda: (a := alive()) and len(a) == 2 and a, 15,
+            first = wait_until(lambda: (a := alive()) and len(a) == 2
+                               and all(w["pid"] for w in a.values()) and a, 15,
                                "two workers", logs=up.logs)
             victim, info = min(first.items())
             assert info["pid"] in up.track()
@@ -48,8 +49,9 @@ def test_a_killed_worker_is_replaced_under_a_new_id_and_its_death_recorded(
                               logs=up.logs)
             assert died["reason"] == "killed (SIGKILL)"
             assert died["pid"] == info["pid"]
-            second = wait_until(lambda: (a := alive()) and len(a) == 2 and victim not in a and a,
-                                20, "a replacement worker", logs=up.logs)
+            second = wait_until(lambda: (a := alive()) and len(a) == 2 and victim not in a
+                                and all(w["pid"] for w in a.values()) and a,
+                                20, "a replacement worker, heartbeating", logs=up.logs)
             (newcomer,) = set(second) - set(first)
             assert echomq.is_branded(newcomer, "WRK")
             assert second[newcomer]["pid"] in up.track()
