@@ -8,11 +8,12 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Sequence
 
 import redis.asyncio
 
 import echomq
-from codemojex import control
+from codemojex import control, crashpoints
 from codemojex.config import Config
 from codemojex.game import Admin, Game
 from codemojex.score_worker import ScoreWorker
@@ -58,9 +59,26 @@ async def _keep_rounds_and_floor(game: Game) -> None:
             log.warning("round/floor sweep failed: %s", e)
 
 
+def _arm_mid_extend(queue: echomq.Queue) -> None:
+    """Tests only (``CODEMOJEX_TEST_CRASH=mid_extend:p``): wrap this process's lease
+    extension so the worker may die after the extend reached the server and before the
+    consumer acts on the answer. EchoMQ knows nothing of crash points; this is the seam."""
+    real = queue.jobs.extend_many
+
+    async def extend_many(items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
+        verdicts = await real(items, lease_ms)
+        if items:
+            crashpoints.maybe_crash("mid_extend")
+        return verdicts
+
+    queue.jobs.extend_many = extend_many  # type: ignore[method-assign]
+
+
 async def run_worker(config: Config, worker_id: str | None = None) -> None:
     worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.worker_id()
     game = Game.connect(config)
+    if crashpoints.armed("mid_extend"):
+        _arm_mid_extend(game.queue)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     guesses = echomq.Consumer(
         game.queue, scorer.handle, lease_ms=config.lease_ms, concurrency=config.concurrency,

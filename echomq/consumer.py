@@ -30,6 +30,7 @@ from typing import Any, Literal
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .codec import text
 from .errors import Retry
 from .ids import worker_id as mint_worker_id
 from .queue import Queue
@@ -216,27 +217,76 @@ class Consumer:
 
     async def _claim_loop(self) -> None:
         backoff = _Backoff()
+        unsure = False  # a claim broke in flight: the server may have leased us jobs anyway
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
             room = self.concurrency + self.prefetch - len(self._held)
-            if room <= 0:
+            if room <= 0 or any(c.token > 1 for c in self._held.values()):
                 self._room.clear()
                 await self._until(self._room.wait())
                 continue
             asked = min(room, self.batch)
             self._kick.clear()
             try:
+                if unsure:
+                    await self._release_orphans()
+                    unsure = False
                 got = await self._claim(asked)
                 backoff.reset()
             except TRANSIENT as e:
                 log.warning("claim failed (%s); retrying", e)
+                unsure = True
                 await backoff.sleep()
                 continue
-            for claim in got.claims:
-                self._held[_key(claim)] = claim
-                self._ready.put_nowait(claim)
-            if len(got.claims) < asked:
+            extra = self._keep(got.claims)
+            if extra:
+                await asyncio.gather(*(self._release(c) for c in extra))
+            elif len(got.claims) < asked:
                 await self._park(got)
+
+    async def _release_orphans(self) -> None:
+        """Hand back the jobs the server says we hold but we never heard of.
+
+        A claim whose answer was lost (the connection broke under it, the server crashed
+        after applying it) leased us jobs we know nothing of. Left alone they would wait
+        out their lease and be counted as stalls, as if we had died running them; and
+        since a reaped job goes back to the front of its lane, the next broken claim would
+        likely take it again, until it was dead-lettered without ever having run. A
+        release spends no delivery; a stale one (the job moved on) changes nothing.
+        """
+        conn = self.queue.conn
+        known = {job_id for job_id, _ in self._held}
+        ids = [text(x) for x in await conn.smembers(self.queue.keys.worker_jobs(self.worker_id))]
+        for job_id in ids:
+            if job_id in known:
+                continue
+            token = await conn.hget(self.queue.keys.job(job_id), "attempts")
+            if token is not None and await self.queue.jobs.release(job_id, int(token)):
+                self.released += 1
+                log.info("released %s, leased to us by a claim whose answer was lost", job_id)
+
+    def _keep(self, claims: list[Claim]) -> list[Claim]:
+        """Take a claimed batch on, but at most one redelivered job (token > 1); returns
+        the other redelivered ones, to be released (which spends no delivery).
+
+        Jobs whose holder died come back together from the reaper, and one lane claim
+        would take them together again: a job that kills its worker would then take the
+        same innocent neighbours down with it on every delivery, until they too were
+        dead-lettered as poison. So a redelivered job travels alone: a batch keeps one,
+        and while it is held this consumer claims nothing more (see _claim_loop); it never
+        parks on the wake key meanwhile, so the token the releases leave goes to another.
+        """
+        extra: list[Claim] = []
+        suspect = False
+        for claim in claims:
+            if claim.token > 1:
+                if suspect:
+                    extra.append(claim)
+                    continue
+                suspect = True
+            self._held[_key(claim)] = claim
+            self._ready.put_nowait(claim)
+        return extra
 
     async def _park(self, got: ClaimBatch) -> None:
         timeout_ms = self.park_max_ms
@@ -376,12 +426,18 @@ class Consumer:
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]]) -> None:
         # Loops on a flag as well as on cancellation: a cancel that lands inside the client
         # library mid-command can be swallowed there, and the loop must still end.
+        loop = asyncio.get_running_loop()
         while not self._closing.is_set():
+            started = loop.time()
             try:
                 await fn()
             except TRANSIENT as e:
                 log.warning("%s failed (%s)", fn.__name__, e)
-            pause = interval_ms / 1000 * random.uniform(0.9, 1.1)
+            # Start to start, never later than the interval: the re-claim bound (lapse +
+            # reap interval) and the beats' margin inside the lapse are built on it. The
+            # jitter, which keeps processes from beating in step, only makes it earlier.
+            pause = max(0.0, interval_ms / 1000 * random.uniform(0.8, 1.0)
+                        - (loop.time() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), pause)
 
