@@ -238,10 +238,19 @@ class Consumer:
                 unsure = True
                 await backoff.sleep()
                 continue
-            extra = self._keep(got.claims)
+            kept, extra = self._split(got.claims)
             if extra:
-                await asyncio.gather(*(self._release(c) for c in extra))
-            elif len(got.claims) < asked:
+                # Handed back before the kept ones may start: a kept job that kills this
+                # process must not take a release still in flight down with it.
+                done = await asyncio.gather(
+                    *(self.queue.jobs.release(c.job_id, c.token) for c in extra),
+                    return_exceptions=True)
+                self.released += sum(1 for ok in done if ok is True)
+                unsure = unsure or any(isinstance(ok, BaseException) for ok in done)
+            for claim in kept:
+                self._held[_key(claim)] = claim
+                self._ready.put_nowait(claim)
+            if not extra and len(got.claims) < asked:
                 await self._park(got)
 
     async def _release_orphans(self) -> None:
@@ -265,9 +274,10 @@ class Consumer:
                 self.released += 1
                 log.info("released %s, leased to us by a claim whose answer was lost", job_id)
 
-    def _keep(self, claims: list[Claim]) -> list[Claim]:
-        """Take a claimed batch on, but at most one redelivered job (token > 1); returns
-        the other redelivered ones, to be released (which spends no delivery).
+    @staticmethod
+    def _split(claims: list[Claim]) -> tuple[list[Claim], list[Claim]]:
+        """A claimed batch: the jobs to keep, and the redelivered ones (token > 1) beyond
+        the first, to be released at once (which spends no delivery).
 
         Jobs whose holder died come back together from the reaper, and one lane claim
         would take them together again: a job that kills its worker would then take the
@@ -276,6 +286,7 @@ class Consumer:
         and while it is held this consumer claims nothing more (see _claim_loop); it never
         parks on the wake key meanwhile, so the token the releases leave goes to another.
         """
+        kept: list[Claim] = []
         extra: list[Claim] = []
         suspect = False
         for claim in claims:
@@ -284,9 +295,8 @@ class Consumer:
                     extra.append(claim)
                     continue
                 suspect = True
-            self._held[_key(claim)] = claim
-            self._ready.put_nowait(claim)
-        return extra
+            kept.append(claim)
+        return kept, extra
 
     async def _park(self, got: ClaimBatch) -> None:
         timeout_ms = self.park_max_ms

@@ -3,9 +3,9 @@
 Modes:
 
 * ``hang``: the handler notes ``start <job> <token> <claimed_at_ms>`` and never returns;
-* ``work``: the handler notes ``claim <job> <token> <claimed_at_ms> <enqueued_at_ms>``,
-  sleeps ``work_ms`` and returns; a job whose payload has ``"poison": true`` notes
-  ``poison <job> <token>`` and SIGKILLs its own process instead.
+* ``work``: the handler notes ``claim <job> <token> <claimed_at_ms> <enqueued_at_ms>
+  <worker>``, sleeps ``work_ms`` and returns; a job whose payload has ``"poison": true``
+  notes ``poison <job> <token> <worker> held=[…]`` and SIGKILLs its own process instead.
 
 Every line goes to ``note`` (one ``write`` of a short line with O_APPEND: lines from many
 processes never interleave). ``claimed_at_ms`` is the server clock at the claim
@@ -43,9 +43,11 @@ async def run(worker_id: str, *, url: str, queue: str, note: str, mode: str,
             _note(note, f"start {claim.job_id} {claim.token} {claimed_at}")
             await asyncio.Event().wait()
         if isinstance(claim.payload, dict) and claim.payload.get("poison"):
-            _note(note, f"poison {claim.job_id} {claim.token}")
+            _note(note, f"poison {claim.job_id} {claim.token} {worker_id} "
+                        f"held={[(c.job_id, c.token) for c in consumer.in_flight]}")
             os.kill(os.getpid(), signal.SIGKILL)
-        _note(note, f"claim {claim.job_id} {claim.token} {claimed_at} {claim.enqueued_at_ms}")
+        _note(note, f"claim {claim.job_id} {claim.token} {claimed_at} {claim.enqueued_at_ms} "
+                    f"{worker_id}")
         await asyncio.sleep(work_ms / 1000)
         return {"by": worker_id}
 

@@ -148,7 +148,12 @@ async def drain(stream: Stream) -> dict[str, int]:
     lost = set(await _retry(lambda: stream.missing(list(stream.acked))))
 
     async def all_done() -> bool:
-        return not (set(stream.acked) - lost - stream.done)
+        # Every acknowledged job ran, and nothing is left anywhere (a job whose handler
+        # ran may still be redelivered: its lease was lost in a crash).
+        if set(stream.acked) - lost - stream.done:
+            return False
+        stats = await stream.q.stats()
+        return bool(stats["pending"] == stats["active"] == stats["scheduled"] == 0)
 
     try:
         await harness.wait_until(all_done, 60, "every acknowledged job completed")
