@@ -7,6 +7,7 @@ by FLUSHALL. A test that needs to stop, kill or reconfigure a server starts its 
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from uuid import uuid4
 
@@ -14,6 +15,7 @@ import pytest
 import redis.asyncio
 
 from echomq.server import EmbeddedValkey
+from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +53,19 @@ async def redis_conn(valkey_url: str) -> AsyncIterator[redis.asyncio.Redis]:
 def queue_name() -> str:
     """A queue name no other test uses, so tests never need to FLUSHALL."""
     return f"t{uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One throwaway PostgreSQL cluster for the whole session (migrations and chaos tests);
+    fails in CI if PostgreSQL is missing, elsewhere skips naming the install command."""
+    try:
+        cluster = PgCluster.start()
+    except PgUnavailable:
+        if os.environ.get("CI") == "true":
+            pytest.fail(INSTALL_HINT)
+        pytest.skip(INSTALL_HINT)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

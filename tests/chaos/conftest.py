@@ -19,7 +19,7 @@ from codemojex.config import Config
 from codemojex.game import Game
 from echomq.server import EmbeddedValkey
 from tests.chaos import harness
-from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
+from tests.pg import PgCluster
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,20 +56,6 @@ async def sql_url(tmp_path: Path) -> str:
     (tmp_path / "sql").mkdir()
     await store.migrate_async(url)
     return url
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[PgCluster]:
-    try:
-        cluster = PgCluster.start()
-    except PgUnavailable:
-        if os.environ.get("CI") == "true":
-            pytest.fail(INSTALL_HINT)
-        pytest.skip(INSTALL_HINT)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ on PostgreSQL (the saq pattern: behaviour tests per backend).
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,22 +20,7 @@ _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[PgCluster]:
-    """One throwaway PostgreSQL cluster for the session; fails in CI if PostgreSQL is missing."""
-    try:
-        cluster = PgCluster.start()
-    except PgUnavailable:
-        if os.environ.get("CI") == "true":
-            pytest.fail(INSTALL_HINT)
-        pytest.skip(INSTALL_HINT)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+from tests.pg import PgCluster
 
 
 @pytest.fixture(scope="session")
