@@ -1,7 +1,8 @@
 """Orders that travel through Valkey to a worker process or its supervisor, wherever it runs.
 
-* kill: ``RPUSH cmx:{workers}:kill:<worker_id>``; the worker process BLPOPs its own key
-  and SIGKILLs itself at once — mid-score if it is scoring, exactly as a crash would.
+* kill: ``RPUSH cmx:{workers}:kill:<worker_id>``; the worker process BLPOPs its own key,
+  writes down the jobs it is scoring at that instant (``killed``), and SIGKILLs itself at
+  once — mid-score if it is scoring, exactly as a crash would.
 * spawn: ``RPUSH cmx:{workers}:spawn:<supervisor_id>``; a supervisor BLPOPs its key and
   starts one more worker.
 * exits: supervisors record why each worker died, for the admin page.
@@ -16,6 +17,7 @@ import orjson
 PREFIX = "cmx:{workers}:"
 SUPERVISORS = PREFIX + "supervisors"  # hash supervisor_id -> JSON {pid, host, beat_ms}
 EXITS = PREFIX + "exits"  # hash worker_id -> JSON {reason, at_ms, pid}
+KILLED = PREFIX + "killed"  # hash worker_id -> JSON [job ids it was scoring when killed]
 KNOWN = PREFIX + "known"  # sorted set worker_id -> first seen (ms): dead ones stay listed
 SUPERVISOR_TTL_MS = 5_000
 KNOWN_KEEP = 200
@@ -34,6 +36,18 @@ async def order_kill(conn: Any, worker_id: str) -> None:
     pipe.rpush(kill_key(worker_id), "kill")
     pipe.expire(kill_key(worker_id), 60)  # an order for a worker that is gone must not linger
     await pipe.execute()
+
+
+def record_killed_sync(conn: Any, worker_id: str, job_ids: list[str]) -> None:
+    """Synchronous on purpose: called between the snapshot of the jobs being scored and the
+    SIGKILL, it lets no other task of the event loop run — no handler returns, no
+    completion leaves — so every job listed is one whose lease the kill leaves behind."""
+    conn.hset(KILLED, worker_id, orjson.dumps(job_ids))
+
+
+async def killed(conn: Any) -> dict[str, list[str]]:
+    raw = await conn.hgetall(KILLED)
+    return {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in raw.items()}
 
 
 async def record_exit(conn: Any, worker_id: str, reason: str, pid: int | None) -> None:

@@ -159,6 +159,7 @@ class Game:
         alive = {w.worker_id: w for w in await self.queue.workers()}
         known = [x.decode() for x in await self.conn.zrange(control.KNOWN, 0, -1)]
         exits = await control.exits(self.conn)
+        killed = await control.killed(self.conn)
         now = await self.queue.server_time_ms()
         out = []
         for wid in dict.fromkeys([*known, *alive]):
@@ -189,6 +190,9 @@ class Game:
                 "exit_reason": ex["reason"] if ex else (
                     None if w or starting else
                     ("stopped" if meta.get("stopped") else "heartbeat lapsed")),
+                # Killed by an order: the jobs it was scoring at that instant, each of which
+                # the reaper must hand to another worker.
+                "killed_holding": killed.get(wid),
             })
         return out
 

@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import Sequence
 
+import redis
 import redis.asyncio
 
 import echomq
@@ -34,17 +35,24 @@ async def _until_valkey(game: Game) -> None:
             delay = min(delay * 2, 5.0)
 
 
-async def _listen_for_kill(url: str, worker_id: str) -> None:
-    """Block on this worker's kill key; a kill order SIGKILLs the process on the spot."""
+async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) -> None:
+    """Block on this worker's kill key; a kill order SIGKILLs the process on the spot,
+    after noting which jobs it dies holding (the admin page and ``mash`` check that each
+    of them is scored by another worker)."""
     conn = redis.asyncio.Redis.from_url(url, socket_timeout=None)
+    note = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     try:
         while True:
             try:
                 if await conn.blpop([control.kill_key(worker_id)], timeout=0):
+                    holding = [c.job_id for c in consumer.running]
+                    with contextlib.suppress(redis.RedisError, OSError):
+                        control.record_killed_sync(note, worker_id, holding)
                     os.kill(os.getpid(), signal.SIGKILL)
             except echomq.consumer.TRANSIENT:
                 await asyncio.sleep(1)
     finally:
+        note.close()
         await conn.aclose()
 
 
@@ -97,7 +105,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         with contextlib.suppress(*echomq.consumer.TRANSIENT):
             await control.remember_worker(game.conn, worker_id)
         tasks = [
-            asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id)),
+            asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id, guesses)),
             asyncio.create_task(_keep_rounds_and_floor(game)),
             asyncio.create_task(rounds.run()),
         ]

@@ -155,8 +155,10 @@ class Consumer:
 
     @property
     def running(self) -> list[Claim]:
-        """Jobs whose handler is running right now."""
-        return [self._held[k] for k in self._running if k in self._held]
+        """Jobs whose handler has not returned yet: no outcome of theirs has been sent, so
+        a crash now leaves each of them leased to this worker until it is reclaimed."""
+        return [self._held[k] for k, task in self._running.items()
+                if k in self._held and not task.done()]
 
     def stop(self) -> None:
         """Ask for a clean stop: claim nothing more, let running handlers finish within

@@ -90,6 +90,8 @@ _SCHEMAS: dict[str, Any] = {
         "lease_remaining_ms": {"type": ["integer", "null"]},
         "jobs_done": {"type": "integer"}, "alive": {"type": "boolean"},
         "exit_reason": {"type": ["string", "null"]},
+        "killed_holding": {"type": ["array", "null"], "items": {"type": "string"},
+                           "description": "Killed by an order: the jobs it was scoring then."},
     }),
     "Workers": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
     "WorkerId": _obj({"worker_id": {"type": "string"}}, ["worker_id"]),

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from codemojex.mash.api import GameApi
-from codemojex.mash.chaos import Kill, run_chaos
+from codemojex.mash.chaos import Kill, run_chaos, settle
 from codemojex.mash.feed import Feed
 from codemojex.mash.ledger import KINDS, Ledger, percentile
 from codemojex.mash.monitor import QueueSample, watch_queue
@@ -214,6 +214,8 @@ class _Run:
 
         self.phase = "verifying"
         async with asyncio.timeout(VERIFY_TIMEOUT_S):
+            if opts.admin_token:
+                self.kills[:] = await settle(self.api, opts.admin_token, self.kills)
             verdict = await judge(self.api, self.player_apis, led,
                                   {p.player_id: p for p in players}, self.kills)
         sockets = {"opened": sum(f.connects for f in self.feeds),

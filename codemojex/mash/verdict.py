@@ -13,9 +13,12 @@ For each guess the server answered ``202``:
 Where a round has closed by then, its revealed secret is used to recompute each stored
 score's pegs with the rules; a disagreement counts as doubled too (a score not of this guess).
 
-A kill is **rescued** when the job the killed worker was scoring ended ``completed`` with
-``attempts ≥ 2``: another worker took it over after the kill. Its ``attempts == 1`` means
-the kill arrived after the score (a **miss**, not a failure).
+A killed worker writes down the jobs it is scoring as the kill lands (``held``). The kill
+is **rescued** when it caught at least one job and every one of them ended ``completed``
+with ``attempts ≥ 2``: another worker took it over. A kill that caught no job arrived
+between scores (a **miss**, not a failure). A caught job completed with ``attempts == 1``
+would be a completion by the dead worker — fencing broken — and counts as doubled. Where
+the worker could not write down what it held, the job the admin view reported stands in.
 """
 
 from __future__ import annotations
@@ -212,20 +215,37 @@ def _check_kills(v: Verdict, kills: list[Kill],
                  views: dict[str, dict[str, Any] | None]) -> None:
     v.kills = len(kills)
     for k in kills:
-        view = views.get(k.job_id) if k.job_id else None
-        attempts = int(view.get("attempts") or 0) if view else 0
-        if view is None:
-            v.note(f"kill of {k.worker_id}: its job {k.job_id} is not one of ours")
-        elif view.get("score") is None:
-            # Counted lost already, with the guesses.
-            v.note(f"kill of {k.worker_id} at {k.at:.1f}s: {k.job_id} has no stored score "
-                   f"(state {view.get('state')!r}, attempts {attempts})")
-        elif attempts >= 2:
-            v.rescued += 1
+        held = k.held if k.held is not None else ([k.job_id] if k.job_id else [])
+        if not held:
+            v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed between scores "
+                   f"({k.job_id} was done)")
+            v.missed_kills += 1
             continue
+        caught = True
+        for job_id in held:
+            view = views.get(job_id)
+            attempts = int(view.get("attempts") or 0) if view else 0
+            if view is None:
+                v.note(f"kill of {k.worker_id}: its job {job_id} is not one of ours")
+                caught = False
+            elif view.get("score") is None:
+                # Counted lost already, with the guesses.
+                v.note(f"kill of {k.worker_id} at {k.at:.1f}s: {job_id} has no stored score "
+                       f"(state {view.get('state')!r}, attempts {attempts})")
+                caught = False
+            elif attempts < 2:
+                if k.held is None:  # only the admin view's guess: the kill came too late
+                    v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed after {job_id} "
+                           "was scored")
+                else:
+                    v.doubled += 1
+                    v.problem(f"{job_id} was held by {k.worker_id} when it was killed, yet "
+                              "ended completed on its first attempt")
+                caught = False
+        if caught:
+            v.rescued += 1
         else:
-            v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed after {k.job_id} was scored")
-        v.missed_kills += 1
+            v.missed_kills += 1
 
 
 async def judge(api: GameApi, apis: dict[str, GameApi], ledger: Ledger,

@@ -34,4 +34,4 @@ def browser() -> Iterator[Any]:
 
 
 # The `up` process-tree fixtures live with the command-line tests.
-from tests.cli.conftest import data_dir, start_up  # noqa: E402, F401
+from tests.cli.conftest import data_dir, start_up  # noqa: F401

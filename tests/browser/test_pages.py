@@ -91,6 +91,14 @@ def test_admin_kills_a_worker_mid_score_and_the_guess_is_scored_once(
         api = httpx.get(f"{up.base}/api/guesses/{job_id}", trust_env=False,
                         headers={"Authorization": f"Bearer {player_token(player)}"}).json()
         assert api["state"] == "completed" and api["attempts"] >= 2
+        listed = httpx.get(f"{up.base}/api/admin/workers", headers=up.admin(),
+                           trust_env=False).json()["workers"]
+        dead = next(w for w in listed if w["worker_id"] == victim)
+        assert dead["killed_holding"] == [job_id], dead  # it died holding this guess
+        held = admin.locator(f'[data-testid="worker-row"][data-worker-id="{victim}"] '
+                             '[data-testid="killed-holding"]')
+        held.wait_for(timeout=5_000)
+        assert job_id in held.inner_text()
         queue = httpx.get(f"{up.base}/api/admin/queue", headers=up.admin(),
                           trust_env=False).json()
         assert queue["counters"]["scored"] == 1 and queue["counters"]["reclaimed"] >= 1

@@ -57,7 +57,7 @@ async def test_worker_killed_after_commit_before_complete(game: Game, config: Co
                CODEMOJEX_VALKEY_URL=config.valkey_url or "",
                CODEMOJEX_DATABASE_URL=config.sql_url, CODEMOJEX_LAPSE_MS="500",
                CODEMOJEX_LEASE_MS="2000", CODEMOJEX_WORKER_ID="WRK_crashy")
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the wait runs in a thread
         [sys.executable, "-c", ("import asyncio; from codemojex.config import Config; "
          "from codemojex.worker import run_worker; asyncio.run(run_worker(Config.from_env()))")],
         env=env, cwd=ROOT,

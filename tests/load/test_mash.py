@@ -33,8 +33,13 @@ async def test_a_mash_under_chaos_loses_nothing_and_doubles_nothing(
     assert v.ok, (v.line(), v.problems, up.logs())
     assert (v.lost, v.doubled) == (0, 0)
     assert v.kills >= 1, "chaos found no scoring worker to kill"
-    # Every killed job was scored by another worker (it ended with attempts >= 2).
-    assert v.rescued == v.kills, (v.line(), [k.as_dict() for k in result.kills], v.notes)
+    # Every job a killed worker held as it died was scored by another worker (attempts >= 2);
+    # a kill that landed between two scores caught nothing, and at least one caught a job.
+    kills = [k.as_dict() for k in result.kills]
+    print(v.line(), f"missed kills: {v.missed_kills}", *kills, sep="\n")
+    assert all(k.held is not None for k in result.kills), kills
+    assert v.rescued == sum(1 for k in result.kills if k.held), (v.line(), kills, v.notes)
+    assert v.rescued >= 1, (v.line(), kills, v.notes)
     assert v.scored == v.accepted > 0
     assert result.ledger.by_kind["honest"] > 0 and result.ledger.by_kind["masher"] > 0
     assert result.ledger.refused["masher"] > 0, "the mashers never hit their lane cap"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from codemojex.mash.chaos import pick_victim
+from codemojex.mash.chaos import Kill, pick_victim
 from codemojex.mash.ledger import Ledger, percentile
 from codemojex.mash.solver import Solver
-from codemojex.mash.verdict import Verdict, _compare_board
+from codemojex.mash.verdict import Verdict, _check_kills, _compare_board
 from codemojex.rules import DEFAULT_PALETTE, feedback
 
 
@@ -70,7 +70,7 @@ def test_the_leaderboard_check_tells_extra_points_from_missing_ones() -> None:
     assert v.lost == 1  # D earned points the board does not show
 
 
-def test_chaos_aims_at_the_freshest_scoring_worker_not_yet_killed() -> None:
+def test_chaos_aims_at_the_scoring_worker_with_most_lease_left_not_yet_killed() -> None:
     workers = [
         {"worker_id": "W1", "alive": True, "state": "scoring", "job_id": "J1",
          "lease_remaining_ms": 9000},
@@ -80,8 +80,34 @@ def test_chaos_aims_at_the_freshest_scoring_worker_not_yet_killed() -> None:
          "lease_remaining_ms": None},  # its reported job is done: stale heartbeat
         {"worker_id": "W4", "alive": True, "state": "idle", "job_id": None,
          "lease_remaining_ms": None},
+        {"worker_id": "W5", "alive": False, "state": "dead", "job_id": None,
+         "lease_remaining_ms": None},
     ]
-    seen = {"J1": 2.0, "J2": 1.0, "J3": 3.0}
-    assert pick_victim(workers, seen, set())["worker_id"] == "W1"  # type: ignore[index]
-    assert pick_victim(workers, seen, {"W1"})["worker_id"] == "W2"  # type: ignore[index]
-    assert pick_victim(workers, seen, {"W1", "W2"}) is None
+    assert pick_victim(workers, set())["worker_id"] == "W2"  # type: ignore[index]
+    assert pick_victim(workers, {"W2"})["worker_id"] == "W1"  # type: ignore[index]
+    assert pick_victim(workers, {"W1", "W2"}) is None
+
+
+def _kill(held: list[str] | None, job_id: str | None = "J1") -> Kill:
+    return Kill(at=1.0, worker_id="W1", job_id=job_id, lease_remaining_ms=9000, held=held)
+
+
+def _view(attempts: int, scored: bool = True) -> dict[str, object]:
+    return {"state": "completed", "attempts": attempts,
+            "score": {"exact": 1, "near": 0, "solved": False} if scored else None}
+
+
+def test_a_kill_is_judged_by_what_the_worker_held_as_it_died() -> None:
+    views = {"J1": _view(2), "J2": _view(1), "J3": _view(3)}
+    v = Verdict()
+    _check_kills(v, [_kill(["J1"]), _kill(["J1", "J3"]), _kill([])], views)
+    assert (v.kills, v.rescued, v.missed_kills, v.doubled) == (3, 2, 1, 0)
+    # Held at death yet completed on the first attempt: the dead worker completed it.
+    v = Verdict()
+    _check_kills(v, [_kill(["J2"])], views)
+    assert (v.rescued, v.missed_kills, v.doubled, v.ok) == (0, 1, 1, False)
+    # Nothing written down: the admin view's job stands in, and a first-attempt score
+    # there only means the kill came late.
+    v = Verdict()
+    _check_kills(v, [_kill(None, "J2"), _kill(None, "J1"), _kill(None, None)], views)
+    assert (v.rescued, v.missed_kills, v.doubled) == (1, 2, 0)

@@ -225,11 +225,14 @@ function applyWorkers(list, polledAt) {
       continue;
     }
     if (p.alive && !w.alive) {
-      const held = pjob || job;
-      log(`${id} died (${w.exit_reason || 'heartbeat lost'})${held ? ` while scoring ${held}` : ''}`, 'bad');
-      if (held) {
-        state.orphans.set(held, { worker: id, phase: 'leased', at: polledAt });
-        log(`${held} still leased to dead ${id} — waiting for the reaper`, 'warn');
+      // A killed worker wrote down what it was scoring as it died; otherwise the last poll
+      // is the best guess.
+      const held = Array.isArray(w.killed_holding) ? w.killed_holding
+        : (pjob || job ? [pjob || job] : []);
+      log(`${id} died (${w.exit_reason || 'heartbeat lost'})${held.length ? ` while scoring ${held.join(', ')}` : ''}`, 'bad');
+      for (const jobId of held) {
+        state.orphans.set(jobId, { worker: id, phase: 'leased', at: polledAt });
+        log(`${jobId} still leased to dead ${id} — waiting for the reaper`, 'warn');
       }
       continue;
     }
@@ -290,7 +293,7 @@ function renderWorkers() {
     const flashText = fl && fl.until > now ? fl.text : '';
     return {
       key: w.worker_id,
-      sig: JSON.stringify([w.state, w.job_id, w.alive, w.jobs_done, w.exit_reason, w.pid, w.host, flashText]),
+      sig: JSON.stringify([w.state, w.job_id, w.alive, w.jobs_done, w.exit_reason, w.killed_holding, w.pid, w.host, flashText]),
       build: () => buildWorkerRow(w, flashText, fl && fl.kind),
     };
   });
@@ -334,7 +337,10 @@ function buildWorkerRow(w, flashText, flashKind) {
   tr.append(
     h('td', { class: 'mono wid' }, w.worker_id),
     h('td', {}, h('span', { class: `pill ${alive ? w.state || 'idle' : 'dead'}` }, stateText),
-      !alive && w.exit_reason ? h('div', { class: 'muted small-text' }, String(w.exit_reason)) : null),
+      !alive && w.exit_reason ? h('div', { class: 'muted small-text' }, String(w.exit_reason)) : null,
+      !alive && Array.isArray(w.killed_holding) && w.killed_holding.length
+        ? h('div', { class: 'muted small-text', 'data-testid': 'killed-holding' },
+          `while scoring ${w.killed_holding.join(', ')}`) : null),
     h('td', { class: 'mono job' }, scoring ? w.job_id : h('span', { class: 'muted' }, '—')),
     h('td', { class: 'lease-col' }, scoring
       ? h('div', { class: 'lease', role: 'progressbar', 'aria-label': 'Lease remaining', 'aria-valuemin': '0', 'aria-valuemax': String(state.leaseMax) },
