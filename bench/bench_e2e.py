@@ -82,6 +82,8 @@ def run_scenario(a: argparse.Namespace, key: str, title: str, mashers: bool,
     up_args = ["--workers", str(a.workers), "--round-seconds", str(a.round_seconds)]
     if a.score_delay_ms:
         up_args += ["--score-delay-ms", str(a.score_delay_ms)]
+    if a.prefetch is not None:
+        up_args += ["--prefetch", str(a.prefetch)]
     if fifo:
         up_args.append("--fifo")
     with tempfile.TemporaryDirectory(prefix="cmx-bench-") as tmp:
@@ -157,6 +159,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--score-delay-ms", type=int, default=0,
                    help="make each score take this long on the server (heavy scoring)")
     p.add_argument("--drain-timeout", type=float, default=60.0)
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="guesses each worker leases ahead of its free handlers (up's default)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--only", default="abc", help="scenarios to run, e.g. ab (abc)")
     p.add_argument("--reports", metavar="DIR", help="a mash report per scenario in DIR/<key>")

@@ -329,6 +329,7 @@ async def echomq_lifecycle(
     n: int,
     concurrency: int,
     batch: int,
+    prefetch: int,
     lanes: int,
     ceiling_ref: float,
 ) -> dict[str, Any]:
@@ -348,7 +349,8 @@ async def echomq_lifecycle(
         n=n,
         done=completed,
         label=f"drain {source} x{procs} ({fsync})",
-        extra_args=["--source", source, "--concurrency", str(concurrency), "--batch", str(batch)],
+        extra_args=["--source", source, "--concurrency", str(concurrency), "--batch", str(batch),
+                    "--prefetch", str(prefetch)],
         timeout=max(60.0, n / 500),
     )
     stats = await q.stats(max_lanes=0)
@@ -363,6 +365,7 @@ async def echomq_lifecycle(
         "jobs": n,
         "concurrency": concurrency,
         "batch": batch,
+        "prefetch": prefetch,
         "enqueue_per_s": round(n / enq_s, 1),
         **r,
         "script_calls_per_job": round(r["script_calls"] / n, 3),
@@ -653,7 +656,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                                 procs=procs,
                                 n=a.jobs,
                                 concurrency=a.concurrency,
-                                batch=a.batch,
+                                batch=a.batch, prefetch=a.prefetch,
                                 lanes=a.lanes,
                                 ceiling_ref=ref,
                             )
@@ -780,6 +783,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--prefetch", type=int, default=0,
+                   help="jobs each consumer leases ahead of its free slots (0, the default)")
     p.add_argument("--lanes", type=int, default=100)
     p.add_argument("--memory-jobs", type=int, default=100_000)
     p.add_argument(

@@ -1,7 +1,7 @@
 """One consumer process of the lifecycle benchmark (started by ``bench.bench_echomq``).
 
     python -m bench.worker --lib echomq|saq|arq --url URL --queue NAME
-                           [--source lanes|jobs] [--concurrency 32] [--batch 32]
+                           [--source lanes|jobs] [--concurrency 32] [--batch 32] [--prefetch 0]
 
 Protocol on stdio: prints ``READY`` once connected; starts consuming on a ``go`` line;
 stops cleanly on ``stop`` or when stdin closes (the parent died); prints one JSON line
@@ -53,7 +53,8 @@ async def run_echomq(a: argparse.Namespace, go: asyncio.Event, stop: asyncio.Eve
     async def handler(claim: Claim) -> dict[str, Any]:
         return RESULT
 
-    consumer = Consumer(q, handler, concurrency=a.concurrency, batch=a.batch, source=a.source)
+    consumer = Consumer(q, handler, concurrency=a.concurrency, batch=a.batch,
+                        prefetch=a.prefetch, source=a.source)
     print("READY", flush=True)
     await go.wait()
     if stop.is_set():
@@ -168,6 +169,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--source", choices=("lanes", "jobs"), default="lanes")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--prefetch", type=int, default=0)
     return p.parse_args(argv)
 
 

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="make every score take at least this long (a kill lands mid-score)")
     scoring.add_argument("--concurrency", type=int, default=None,
                          help="guesses scored at once per worker process (4)")
+    scoring.add_argument("--prefetch", type=int, default=None,
+                         help="guesses leased ahead of free handlers per worker process (0)")
 
     serving = argparse.ArgumentParser(add_help=False)
     serving.add_argument("--host", default=None, help="address to listen on (127.0.0.1)")
@@ -152,9 +154,12 @@ def child_env(config: Config) -> dict[str, str]:
 
 
 def _require_valkey(config: Config, command: str) -> str:
+    """The role's Valkey URL; a server that answers must be durable. One that does not
+    answer yet is no reason to stop: web answers 503 and workers retry until it is up."""
     if not config.valkey_url:
         raise Fatal(f"`codemojex {command}` needs --valkey-url (or CODEMOJEX_VALKEY_URL); "
                          "`codemojex up` runs everything on one machine")
+    _check_external(config.valkey_url, unreachable_ok=True)
     return config.valkey_url
 
 
@@ -264,7 +269,7 @@ def redact(url: str) -> str:
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
-def _check_external(url: str) -> None:
+def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     import redis
 
     from echomq.errors import NotDurable
@@ -275,8 +280,13 @@ def _check_external(url: str) -> None:
         check_durable_sync(conn)
     except NotDurable as e:
         raise Fatal(f"refusing {redact(url)}: {e}") from None
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        if not unreachable_ok:
+            raise Fatal(f"cannot reach Valkey at {redact(url)}: {e}") from None
+        print(f"codemojex: Valkey at {redact(url)} is not reachable yet ({e}); "
+              "carrying on, its durability unchecked", file=sys.stderr)
     except redis.RedisError as e:
-        raise Fatal(f"cannot reach Valkey at {redact(url)}: {e}") from None
+        raise Fatal(f"cannot use Valkey at {redact(url)}: {e}") from None
     finally:
         conn.close()
 

@@ -31,6 +31,9 @@ class Config:
     lapse_ms: int = 3_000  # heartbeat lapse after which a worker's jobs are reclaimed
     reap_interval_ms: int = 1_000
     concurrency: int = 4  # handlers per worker process
+    # Guesses a worker leases ahead of its free handlers. Each one sits in the worker's
+    # local buffer outside the lanes' round-robin, so an honest guess can wait behind it.
+    prefetch: int = 0
     fifo: bool = False  # serve guesses from one FIFO queue instead of fair lanes
     admin_token: str | None = None
     allowed_origins: tuple[str, ...] = ()

@@ -90,6 +90,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     guesses = echomq.Consumer(
         game.queue, scorer.handle, lease_ms=config.lease_ms, concurrency=config.concurrency,
+        prefetch=config.prefetch,
         worker_id=worker_id, source="lanes",  # --fifo puts every guess on one lane: FIFO
         lapse_ms=config.lapse_ms, reap_interval_ms=config.reap_interval_ms, meta=scorer.meta,
     )

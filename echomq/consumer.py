@@ -6,8 +6,11 @@ Life of a job inside a consumer::
                                    |  extend every lease/3; a lost lease cancels it
                                    +-> exception -> fail(token) -> scheduled | dead
 
-A consumer holds at most ``concurrency`` running jobs plus a small prefetch, so a
-finishing handler never waits a round trip for its next job. When the queue is empty
+A consumer leases up to ``min(free slots, batch)`` jobs per claim, so what it holds is
+what it runs. ``prefetch=N`` lets it lease N more ahead, so a finishing handler need not
+wait a round trip for its next job; the price is fairness, since a prefetched job sits in
+this process's buffer, outside the lanes' round-robin, and a job that reaches its lane's
+turn later waits behind it (measured end to end in ``docs/load.md``). When the queue is empty
 it parks on the wake key with BLPOP (the timeout bounded by the next scheduled due time)
 instead of polling. It also hosts its process's heartbeat and reaper.
 
@@ -90,7 +93,7 @@ class Consumer:
         worker_id: str | None = None,
         source: Source = "lanes",
         batch: int = 32,
-        prefetch: int | None = None,
+        prefetch: int = 0,
         heartbeat_ms: int | None = None,
         lapse_ms: int = 3_000,
         reap_interval_ms: int = 1_000,
@@ -99,8 +102,9 @@ class Consumer:
         reaper: bool = True,
         meta: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        if concurrency < 1 or batch < 1 or lease_ms < 100:
-            raise ValueError("concurrency and batch must be >= 1, lease_ms >= 100")
+        if concurrency < 1 or batch < 1 or lease_ms < 100 or prefetch < 0:
+            raise ValueError("concurrency and batch must be >= 1, prefetch >= 0, "
+                             "lease_ms >= 100")
         if source not in ("lanes", "jobs"):
             raise ValueError("source must be 'lanes' or 'jobs'")
         # A beat must land well inside the lapse, or the reaper takes a live worker's jobs
@@ -116,7 +120,7 @@ class Consumer:
         self.worker_id = worker_id or mint_worker_id()
         self.source: Source = source
         self.batch = batch
-        self.prefetch = min(batch, concurrency) if prefetch is None else prefetch
+        self.prefetch = prefetch
         self.heartbeat_ms = heartbeat_ms
         self.lapse_ms = lapse_ms
         self.reap_interval_ms = reap_interval_ms

@@ -29,8 +29,9 @@ async def test_sigterm_finishes_or_releases_in_flight_guesses(
     grace_ms = config.lease_ms  # the Consumer's default grace is its lease
     players = await harness.new_players(game, 4)
     accepted = await harness.submit_many(game, players, 16, random.Random())
+    # Prefetch 4: the stopping worker also holds jobs it never started, to hand back.
     pool = Pool(zygote, tmp_path / "w", env=worker_env(
-        config, CODEMOJEX_SCORE_DELAY_MS=str(score_ms)))
+        config, CODEMOJEX_SCORE_DELAY_MS=str(score_ms), CODEMOJEX_PREFETCH="4"))
     rescue_pool = Pool(zygote, tmp_path / "r", env=worker_env(config))
     pools += [pool, rescue_pool]
     w = pool.spawn()

@@ -82,6 +82,17 @@ def test_up_refuses_a_valkey_that_is_not_durable(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "codemojex.db").exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize("role", ["web", "worker"])
+def test_single_roles_refuse_a_valkey_that_is_not_durable(tmp_path: Path, role: str) -> None:
+    with EmbeddedValkey(tmp_path / "v", extra_config={"maxmemory-policy": "allkeys-lru"}
+                        ) as server:
+        done = run("-m", "codemojex", role, "--valkey-url", server.url,
+                   "--database-url", f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("codemojex: refusing redis://")
+    assert "noeviction" in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
+
+
 def test_migrate_brings_a_database_to_head(tmp_path: Path) -> None:
     db = tmp_path / "x.db"
     done = run("-m", "codemojex", "migrate", "--database-url", f"sqlite:///{db}")

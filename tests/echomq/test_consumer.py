@@ -294,3 +294,32 @@ async def test_one_huge_lane_cannot_starve_fifty_small_ones(q: echomq.Queue) -> 
     # strictly: the masher gets one claim per turn of the ring, never two in a row
     # while other lanes wait
     assert set(small) <= set(claimed[:51])
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+async def test_a_consumer_leases_its_free_slots_plus_its_prefetch_and_no_more(
+    q: echomq.Queue, start_consumer: Runner, prefetch: int
+) -> None:
+    gate = asyncio.Event()
+    running = 0
+
+    async def handler(claim: echomq.Claim) -> None:
+        nonlocal running
+        running += 1
+        await gate.wait()
+
+    for i in range(20):
+        await q.lanes.enqueue(f"lane-{i % 4}", i)
+    # No prefetch unless asked: the contract's "up to min(free slots, batch)" per claim.
+    extra = {"prefetch": prefetch} if prefetch else {}
+    c = await start_consumer(handler, concurrency=2, worker_id="WRK_pf", **extra)
+
+    async def busy() -> bool:
+        return running == 2 and await q.conn.scard(q.keys.worker_jobs("WRK_pf")) == 2 + prefetch
+
+    await wait_for(busy)
+    await asyncio.sleep(0.3)  # a claimer that over-leased would have done so by now
+    assert await q.conn.scard(q.keys.worker_jobs("WRK_pf")) == 2 + prefetch
+    assert len(c.in_flight) == 2 + prefetch and len(c.running) == 2
+    gate.set()
+    await wait_for(lambda: completed(q, 20))
