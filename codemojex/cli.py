@@ -131,7 +131,10 @@ def _config(args: argparse.Namespace) -> Config:
     """Flags over CODEMOJEX_* over defaults."""
     names = {f.name for f in fields(Config)}
     overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    return Config.from_env(**overrides)
+    config = Config.from_env(**overrides)
+    if config.concurrency < 1 or config.prefetch < 0:
+        raise Fatal("--concurrency must be 1 or more and --prefetch 0 or more")
+    return config
 
 
 def child_env(config: Config) -> dict[str, str]:

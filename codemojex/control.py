@@ -61,10 +61,16 @@ async def exits(conn: Any) -> dict[str, dict[str, Any]]:
 
 
 async def remember_worker(conn: Any, worker_id: str) -> None:
-    pipe = conn.pipeline(transaction=False)
-    pipe.zadd(KNOWN, {worker_id: await server_ms(conn)}, nx=True)
-    pipe.zremrangebyrank(KNOWN, 0, -KNOWN_KEEP - 1)
-    await pipe.execute()
+    """List the worker on the admin page; the oldest beyond ``KNOWN_KEEP`` are forgotten,
+    with their exit and kill records, so these keys stay bounded however many die."""
+    await conn.zadd(KNOWN, {worker_id: await server_ms(conn)}, nx=True)
+    old = await conn.zrange(KNOWN, 0, -KNOWN_KEEP - 1)
+    if old:
+        pipe = conn.pipeline(transaction=False)
+        pipe.hdel(EXITS, *old)
+        pipe.hdel(KILLED, *old)
+        pipe.zrem(KNOWN, *old)
+        await pipe.execute()
 
 
 async def server_ms(conn: Any) -> int:

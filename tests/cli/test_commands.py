@@ -121,3 +121,13 @@ def test_printed_urls_never_show_a_password() -> None:
     assert redact("redis://:s3cret@valkey:6379/0") == "redis://:***@valkey:6379/0"
     assert redact("postgresql://cmx:p%40ss@pg:5432/db") == "postgresql://cmx:***@pg:5432/db"
     assert redact("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize("flags", [["--prefetch", "-1"], ["--concurrency", "0"]])
+def test_worker_counts_out_of_range_are_refused_in_one_line(
+        tmp_path: Path, flags: list[str]) -> None:
+    done = run("-m", "codemojex", "worker", "--valkey-url", "redis://127.0.0.1:9",
+               "--data-dir", str(tmp_path), *flags)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("codemojex: --concurrency must be 1 or more and "
+                                   "--prefetch 0 or more"), done.stderr

@@ -130,3 +130,24 @@ async def test_dead_jobs_are_listed_retried_and_discarded(served: Served,
                      404, "not_found")
         assert_error(await served.http.delete(f"/api/admin/dead/{bad}", headers=ADMIN), 404,
                      "not_found")
+
+
+async def test_the_oldest_dead_workers_are_forgotten_with_their_records(
+        valkey: redis.asyncio.Redis, private_valkey: EmbeddedValkey,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(control, "KNOWN_KEEP", 3)
+    sync = redis.Redis.from_url(private_valkey.url)
+    ids = []
+    for _ in range(5):
+        wid = echomq.worker_id()
+        ids.append(wid)
+        await control.remember_worker(valkey, wid)
+        await control.record_exit(valkey, wid, "killed (SIGKILL)", 1)
+        await asyncio.to_thread(control.record_killed_sync, sync, wid, ["JOB_x"])
+        await asyncio.sleep(0.002)  # distinct first-seen stamps, so the order is by age
+    await control.remember_worker(valkey, ids[-1])  # trimming runs on every registration
+    kept = {x.decode() for x in await valkey.zrange(control.KNOWN, 0, -1)}
+    assert kept == set(ids[-3:])
+    assert set(await control.exits(valkey)) == kept
+    assert set(await control.killed(valkey)) == kept
+    sync.close()
