@@ -227,7 +227,7 @@ class Consumer:
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
             room = self.concurrency + self.prefetch - len(self._held)
-            if room <= 0 or any(c.token > 1 for c in self._held.values()):
+            if room <= 0 or any(c.stalls for c in self._held.values()):
                 self._room.clear()
                 await self._until(self._room.wait())
                 continue
@@ -282,21 +282,23 @@ class Consumer:
 
     @staticmethod
     def _split(claims: list[Claim]) -> tuple[list[Claim], list[Claim]]:
-        """A claimed batch: the jobs to keep, and the redelivered ones (token > 1) beyond
+        """A claimed batch: the jobs to keep, and the suspects (jobs with stalls) beyond
         the first, to be released at once (which spends no delivery).
 
         Jobs whose holder died come back together from the reaper, and one lane claim
         would take them together again: a job that kills its worker would then take the
         same innocent neighbours down with it on every delivery, until they too were
-        dead-lettered as poison. So a redelivered job travels alone: a batch keeps one,
-        and while it is held this consumer claims nothing more (see _claim_loop); it never
-        parks on the wake key meanwhile, so the token the releases leave goes to another.
+        dead-lettered as poison. So a job whose holder died before travels alone: a batch
+        keeps one, and while it is held this consumer claims nothing more (see
+        _claim_loop); it never parks on the wake key meanwhile, so the token the releases
+        leave goes to another. A job back after a failure or a release is no suspect: its
+        worker lived to report it, so it travels with the others.
         """
         kept: list[Claim] = []
         extra: list[Claim] = []
         suspect = False
         for claim in claims:
-            if claim.token > 1:
+            if claim.stalls:
                 if suspect:
                     extra.append(claim)
                     continue

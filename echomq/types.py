@@ -23,6 +23,9 @@ class Claim:
     lease_until_ms: int
     seq: int | None = None
     enqueued_at_ms: int = 0
+    # Earlier deliveries whose holder was presumed dead (lease expired, heartbeat lapsed):
+    # a job with stalls may be one that kills its worker.
+    stalls: int = 0
 
     @classmethod
     def from_reply(cls, row: list[Any]) -> Claim:
@@ -36,6 +39,7 @@ class Claim:
             lease_until_ms=int(row[4]),
             seq=int(seq) if seq else None,
             enqueued_at_ms=number(row[6]),
+            stalls=number(row[7]),
         )
 
 

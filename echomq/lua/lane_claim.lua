@@ -12,7 +12,7 @@
   ARGV[3]  count
   ARGV[4]  promote_limit
 
-  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at}...}
+  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls}...}
   Events   none
 ]]
 --@include common

@@ -323,3 +323,40 @@ async def test_a_consumer_leases_its_free_slots_plus_its_prefetch_and_no_more(
     assert len(c.in_flight) == 2 + prefetch and len(c.running) == 2
     gate.set()
     await wait_for(lambda: completed(q, 20))
+
+
+async def test_only_a_job_whose_holder_died_travels_alone(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    # Two jobs whose holder died (reaped: one stall each) ...
+    stalled = [await q.lanes.enqueue(f"s{i}", i) for i in range(2)]
+    assert len((await q.lanes.claim_many("w-dying", 100, 2)).claims) == 2
+    await asyncio.sleep(0.15)
+    assert sorted(await q.stalled.reap()) == sorted(stalled)
+    # ... and two that were only handed back: redelivered too, but their holder lived.
+    handed = [await q.lanes.enqueue(f"h{i}", i) for i in range(2)]
+    for claim in (await q.lanes.claim_many("w-living", 60_000, 4)).claims:
+        assert await q.jobs.release(claim.job_id, claim.token)
+
+    gate = asyncio.Event()
+    started: list[echomq.Claim] = []
+
+    async def handler(claim: echomq.Claim) -> None:
+        started.append(claim)
+        await gate.wait()
+
+    c = await start_consumer(handler, concurrency=4, worker_id="WRK_alone")
+    await wait_for(lambda: _true(len(started) >= 3))
+    await asyncio.sleep(0.3)  # time to claim more, if it would
+    # One claim of all four: one suspect kept, the other handed back at once; the handed
+    # back jobs are no suspects and run beside it. Nothing more while the suspect runs.
+    assert all(x.token > 1 for x in started)
+    assert sorted(x.stalls for x in started) == [0, 0, 1]
+    assert {x.job_id for x in started} >= set(handed)
+    assert c.released == 1 and len(started) == 3
+    gate.set()
+    await wait_for(lambda: completed(q, 4))
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -187,7 +187,7 @@ async def test_release_returns_to_lane_without_spending_a_delivery(q: echomq.Que
     assert info.failures == 0 and info.stalls == 0
     assert not await q.jobs.complete(jid, c.token)  # the releasing holder is fenced off
     c2 = await q.lanes.claim("w", LEASE)
-    assert c2 is not None and c2.token == 3
+    assert c2 is not None and c2.token == 3 and c2.stalls == 0  # released: no suspect
     assert await q.jobs.complete(jid, c2.token)
 
 
@@ -208,7 +208,8 @@ async def test_reap_returns_expired_lease_to_its_lane(q: echomq.Queue) -> None:
 async def test_poison_job_is_delivered_max_attempts_times_then_dead(q: echomq.Queue) -> None:
     jid = await q.lanes.enqueue("poison", "x", max_attempts=3)
     deliveries = 0
-    while await q.lanes.claim("w", 50) is not None:
+    while (c := await q.lanes.claim("w", 50)) is not None:
+        assert c.stalls == deliveries  # each claim says how often its holder died before
         deliveries += 1
         await asyncio.sleep(0.06)  # the worker "dies": the lease runs out
         await q.stalled.reap()

@@ -118,8 +118,9 @@ local function lease_all(ids, worker, now, lease_ms)
     local jk = job_key(id)
     local token = redis.call('HINCRBY', jk, 'attempts', 1)
     redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
-    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq')
-    out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0'}
+    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq', 'stalls')
+    out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0',
+              row[5] or '0'}
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
