@@ -46,8 +46,7 @@ def record_killed_sync(conn: Any, worker_id: str, job_ids: list[str]) -> None:
 
 
 async def killed(conn: Any) -> dict[str, list[str]]:
-    raw = await conn.hgetall(KILLED)
-    return {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in raw.items()}
+    return await _json_hash(conn, KILLED)
 
 
 async def record_exit(conn: Any, worker_id: str, reason: str, pid: int | None) -> None:
@@ -56,7 +55,12 @@ async def record_exit(conn: Any, worker_id: str, reason: str, pid: int | None) -
 
 
 async def exits(conn: Any) -> dict[str, dict[str, Any]]:
-    raw = await conn.hgetall(EXITS)
+    return await _json_hash(conn, EXITS)
+
+
+async def _json_hash(conn: Any, key: str) -> dict[str, Any]:
+    """A hash of worker_id -> JSON, decoded."""
+    raw = await conn.hgetall(key)
     return {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in raw.items()}
 
 
