@@ -3,6 +3,7 @@
     engine = make_engine(url)          # sqlite+aiosqlite (default) or postgresql+asyncpg
     await migrate_async(url)           # alembic upgrade head (sync: migrate(url))
     wrote = await record_score(engine, ScoreRecord(...))   # idempotent on the JOB id
+    written = await record_scores(engine, records)         # a batch, one transaction
 
 Every function takes the :class:`~sqlalchemy.ext.asyncio.AsyncEngine`, runs its own short
 transaction and returns plain records, never ORM objects.
@@ -34,7 +35,7 @@ from codemojex.store.repo import (
     round_solvers,
     save_round,
 )
-from codemojex.store.scores import record_score, score_by_job, scores_for
+from codemojex.store.scores import record_score, record_scores, score_by_job, scores_for
 
 __all__ = [
     "SQLITE_FILENAME",
@@ -61,6 +62,7 @@ __all__ = [
     "player_by_token_hash",
     "player_names",
     "record_score",
+    "record_scores",
     "round_solvers",
     "save_round",
     "score_by_job",

@@ -13,117 +13,260 @@ the order in which they were scored, retried or raced.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, insert, select, update
+import orjson
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from codemojex.store._sql import dump_list, load_list, upsert_insert
-from codemojex.store.models import RoundPointsRow, ScoreRow, TotalRow
+from codemojex.store._sql import dump_list, load_list
+from codemojex.store.models import ScoreRow
 from codemojex.store.records import ScoreRecord
 
-__all__ = ["record_score", "score_by_job", "scores_for"]
+__all__ = ["record_score", "record_scores", "score_by_job", "scores_for"]
+
+# PostgreSQL SQLSTATEs after which the whole batch transaction is simply run again:
+# deadlock_detected and serialization_failure. Lock order makes deadlocks between
+# scorers impossible (see _Statements); this covers anything else that takes these locks.
+_RETRY_SQLSTATES = frozenset({"40P01", "40001"})
+_RETRIES = 5
 
 
 async def record_score(engine: AsyncEngine, score: ScoreRecord) -> bool:
     """Write ``score`` and move the standings, once per JOB id. True iff this call wrote it.
 
-    One transaction: insert the score row (``ON CONFLICT (job_id) DO NOTHING``); only if
-    that inserted a row, raise the player's round points and recompute their totals. A
-    second call for the same job — a retry, a zombie, a concurrent duplicate — inserts
-    nothing and changes nothing (PostgreSQL makes a concurrent duplicate wait for the
-    first transaction, then see the conflict; SQLite serialises writers).
+    :func:`record_scores` with a batch of one.
     """
-    async with engine.begin() as conn:
-        inserted = await conn.execute(
-            upsert_insert(conn, ScoreRow)
-            .values(_score_values(score))
-            .on_conflict_do_nothing(index_elements=["job_id"])
-            .returning(ScoreRow.job_id)
-        )
-        if inserted.first() is None:
-            return False
-        await _lock_totals(conn, score.player_id, score.accepted_at_ms)
-        await _raise_round_points(conn, score)
-        await _refresh_totals(conn, score.player_id)
-    return True
+    return score.job_id in await record_scores(engine, (score,))
 
 
-async def _lock_totals(conn: AsyncConnection, player_id: str, now_ms: int) -> None:
-    """Create the player's totals row if absent and lock it until commit.
+async def record_scores(engine: AsyncEngine, records: Sequence[ScoreRecord]) -> set[str]:
+    """Write a batch of scores and move the standings, in ONE transaction, once per JOB id.
 
-    Serialises all standings updates of one player: without it, two PostgreSQL
-    transactions scoring the player's guesses in *different* rounds would each recompute
-    the totals without seeing the other's round (read committed) and one update would be
-    lost. SQLite ignores FOR UPDATE; its single writer already serialises.
+    Returns the JOB ids this call wrote for the first time. A record whose JOB id is
+    already stored (a retry, a zombie, a concurrent duplicate) changes nothing; within
+    the batch, the first record of a JOB id is the one written. The result — score rows,
+    round points, totals — is exactly that of writing the records one at a time, in any
+    order, with :func:`record_score`: standings are maxima over the scored set.
+
+    A handful of statements per batch, not per guess:
+
+    1. insert the score rows, ``ON CONFLICT (job_id) DO NOTHING RETURNING job_id``;
+    2. of the inserted ones, the best guess per (player, round) — reduced here — upserted
+       into ``round_points`` only where it beats the stored best, ``RETURNING player_id``;
+    3. for the players whose round points moved: (PostgreSQL) create-or-lock their
+       totals rows, then recompute those totals from ``round_points`` in one statement.
+
+    Nothing is committed unless all of it is. On PostgreSQL a deadlock or serialization
+    failure reruns the transaction (a few times); any other error propagates and nothing
+    of the batch is written.
     """
-    await conn.execute(
-        upsert_insert(conn, TotalRow)
-        .values(player_id=player_id, points=0, solved_rounds=0, reached_at_ms=now_ms)
-        .on_conflict_do_nothing(index_elements=["player_id"])
-    )
-    await conn.execute(
-        select(TotalRow.player_id).where(TotalRow.player_id == player_id).with_for_update()
-    )
+    if not records:
+        return set()
+    rows: dict[str, ScoreRecord] = {}
+    for r in records:
+        rows.setdefault(r.job_id, r)  # first write wins within the batch too
+    # Sorted by JOB id: concurrent PostgreSQL transactions take the unique-index locks of
+    # overlapping batches in the same order, so they wait for each other, never deadlock.
+    batch = [rows[k] for k in sorted(rows)]
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            async with engine.begin() as conn:
+                return await _write(conn, _statements(conn.dialect.name), batch)
+        except DBAPIError as e:
+            if attempt >= _RETRIES or _sqlstate(e) not in _RETRY_SQLSTATES:
+                raise
+        await asyncio.sleep(0.002 * attempt)
 
 
-async def _raise_round_points(conn: AsyncConnection, score: ScoreRecord) -> None:
-    """Make ``score`` the player's best guess of the round if it beats the current best.
+async def _write(conn: AsyncConnection, sql: _Statements, batch: list[ScoreRecord]) -> set[str]:
+    result = await conn.exec_driver_sql(sql.insert_scores, sql.score_params(batch))
+    inserted = {row[0] for row in result}
+    if not inserted:
+        return inserted
+    best = _best_per_round(r for r in batch if r.job_id in inserted)
+    result = await conn.exec_driver_sql(sql.raise_round_points, sql.round_params(best))
+    moved = sorted({row[0] for row in result})
+    if moved:
+        if sql.lock_totals is not None:
+            await conn.exec_driver_sql(sql.lock_totals, sql.players_params(moved))
+        await conn.exec_driver_sql(sql.refresh_totals, sql.players_params(moved))
+    return inserted
+
+
+def _best_per_round(records: Iterable[ScoreRecord]) -> list[ScoreRecord]:
+    """The best guess per (player, round), sorted by (player, round).
 
     Best = most points, then lowest seq, then lowest JOB id: a total order, so the best
-    of a set of guesses is the same whatever order they arrive in.
+    of a set of guesses is the same whatever order they arrive in — and the best of the
+    batch beats the stored best exactly when one of the batch's guesses would have.
+    Sorted so concurrent PostgreSQL transactions lock ``round_points`` rows in one order.
     """
-    rp = RoundPointsRow
-    where = and_(rp.player_id == score.player_id, rp.round_id == score.round_id)
-    current = (
-        await conn.execute(select(rp.points, rp.best_seq, rp.best_job_id).where(where))
-    ).first()
-    values = {
-        "points": score.points,
-        "best_seq": score.seq,
-        "best_job_id": score.job_id,
-        "reached_at_ms": score.accepted_at_ms,
-    }
-    if current is None:
-        await conn.execute(
-            insert(rp).values(player_id=score.player_id, round_id=score.round_id, **values)
-        )
-    elif (-score.points, score.seq, score.job_id) < (
-        -current.points,
-        current.best_seq,
-        current.best_job_id,
-    ):
-        await conn.execute(update(rp).where(where).values(**values))
+    best: dict[tuple[str, str], ScoreRecord] = {}
+    for r in records:
+        key = (r.player_id, r.round_id)
+        cur = best.get(key)
+        if cur is None or (-r.points, r.seq, r.job_id) < (-cur.points, cur.seq, cur.job_id):
+            best[key] = r
+    return [best[k] for k in sorted(best)]
 
 
-async def _refresh_totals(conn: AsyncConnection, player_id: str) -> None:
-    """Recompute the player's totals from their round points (order-independent).
+def _sqlstate(e: DBAPIError) -> str | None:
+    orig = e.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return str(code) if code is not None else None
 
-    ``reached_at`` is when the player reached their total: the latest ``reached_at`` of a
-    round that paid; a player with no points yet ranks by their first scored guess.
+
+# --- the statements, built once per backend ------------------------------------------
+
+_SCORE_COLUMNS = (
+    "job_id, round_id, player_id, seq, guess, exact, near, solved, points, "
+    "accepted_at_ms, scored_at_ms, attempts, worker_id"
+)
+_ROUND_COLUMNS = "player_id, round_id, points, best_seq, best_job_id, reached_at_ms"
+
+# The guess beats the stored best: (-points, seq, job id) is smaller. {c} is the
+# collation clause that makes PostgreSQL compare ids by code point, as Python does.
+_BEATS = (
+    "excluded.points > round_points.points OR (excluded.points = round_points.points AND "
+    "(excluded.best_seq < round_points.best_seq OR (excluded.best_seq = round_points.best_seq "
+    "AND excluded.best_job_id{c} < round_points.best_job_id{c})))"
+)
+_C_COLLATION = ' COLLATE "C"'
+_RAISE_SET = (
+    "points = excluded.points, best_seq = excluded.best_seq, "
+    "best_job_id = excluded.best_job_id, reached_at_ms = excluded.reached_at_ms"
+)
+# A player's totals from their round points: reached_at is the latest reached_at of a
+# round that paid; a player with no points yet ranks by their first scored guess.
+_TOTALS_SELECT = (
+    "SELECT player_id, SUM(points), SUM(CASE WHEN points > 0 THEN 1 ELSE 0 END), "
+    "COALESCE(MAX(CASE WHEN points > 0 THEN reached_at_ms END), MIN(reached_at_ms)) "
+    "FROM round_points WHERE player_id IN ({players}) GROUP BY player_id"
+)
+_TOTALS_UPSERT = (
+    "INSERT INTO totals (player_id, points, solved_rounds, reached_at_ms) "
+    + _TOTALS_SELECT
+    + " ON CONFLICT (player_id) DO UPDATE SET points = excluded.points, "
+    "solved_rounds = excluded.solved_rounds, reached_at_ms = excluded.reached_at_ms"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """The batch write's SQL for one backend, as driver-level text with constant shape.
+
+    Every statement takes the whole batch as one or a few parameters (a JSON array on
+    SQLite, typed arrays on PostgreSQL), so its text never depends on the batch size:
+    SQLAlchemy compiles nothing, the driver prepares each statement once and reuses it.
+
+    Lock order on PostgreSQL, the same in every transaction: score rows by JOB id, then
+    round points by (player, round), then totals by player — so two scorers whose
+    batches overlap wait for each other and never deadlock.
     """
-    rp = RoundPointsRow
-    paid = rp.points > 0
-    agg = (
-        await conn.execute(
-            select(
-                func.coalesce(func.sum(rp.points), 0),
-                func.coalesce(func.sum(case((paid, 1), else_=0)), 0),
-                func.max(case((paid, rp.reached_at_ms), else_=None)),
-                func.min(rp.reached_at_ms),
-            ).where(rp.player_id == player_id)
-        )
-    ).one()
-    points, solved_rounds, last_paid_ms, first_ms = agg
-    await conn.execute(
-        update(TotalRow)
-        .where(TotalRow.player_id == player_id)
-        .values(
-            points=int(points),
-            solved_rounds=int(solved_rounds),
-            reached_at_ms=int(last_paid_ms if last_paid_ms is not None else first_ms),
-        )
+
+    insert_scores: str
+    raise_round_points: str
+    lock_totals: str | None  # None: SQLite's single writer already serialises
+    refresh_totals: str
+    columnar: bool  # PostgreSQL: one array per column; SQLite: one JSON array of rows
+
+    def score_params(self, batch: Sequence[ScoreRecord]) -> tuple[Any, ...]:
+        rows = [
+            (r.job_id, r.round_id, r.player_id, r.seq, dump_list(r.guess), r.exact, r.near,
+             r.solved, r.points, r.accepted_at_ms, r.scored_at_ms, r.attempts, r.worker_id)
+            for r in batch
+        ]  # fmt: skip
+        return self._pack(rows)
+
+    def round_params(self, best: Sequence[ScoreRecord]) -> tuple[Any, ...]:
+        rows = [
+            (r.player_id, r.round_id, r.points, r.seq, r.job_id, r.accepted_at_ms) for r in best
+        ]
+        return self._pack(rows)
+
+    def players_params(self, players: Sequence[str]) -> tuple[Any, ...]:
+        return (list(players),) if self.columnar else (orjson.dumps(players).decode(),)
+
+    def _pack(self, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        if self.columnar:
+            return tuple(list(col) for col in zip(*rows, strict=True))
+        return (orjson.dumps(rows).decode(),)
+
+
+def _sqlite_statements() -> _Statements:
+    def from_json(n: int) -> str:
+        cols = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(n))
+        # WHERE true: SQLite's parser needs it between INSERT … SELECT and ON CONFLICT.
+        return f"SELECT {cols} FROM json_each(?) WHERE true ORDER BY key"
+
+    players = "SELECT value FROM json_each(?)"
+    return _Statements(
+        insert_scores=(
+            f"INSERT INTO scores ({_SCORE_COLUMNS}) {from_json(13)} "
+            "ON CONFLICT (job_id) DO NOTHING RETURNING job_id"
+        ),
+        raise_round_points=(
+            f"INSERT INTO round_points ({_ROUND_COLUMNS}) {from_json(6)} "
+            f"ON CONFLICT (player_id, round_id) DO UPDATE SET {_RAISE_SET} "
+            f"WHERE {_BEATS.format(c='')} RETURNING player_id"
+        ),
+        lock_totals=None,
+        refresh_totals=_TOTALS_UPSERT.format(players=players),
+        columnar=False,
     )
+
+
+def _postgresql_statements() -> _Statements:
+    score_types = ("text", "text", "text", "int4", "text", "int4", "int4", "bool", "int4",
+                   "int8", "int8", "int4", "text")  # fmt: skip
+    round_types = ("text", "text", "int4", "int4", "text", "int8")
+
+    def from_arrays(types: Sequence[str]) -> str:
+        args = ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=1))
+        return f"SELECT * FROM unnest({args})"
+
+    players = "SELECT unnest($1::text[])"
+    return _Statements(
+        insert_scores=(
+            f"INSERT INTO scores ({_SCORE_COLUMNS}) {from_arrays(score_types)} "
+            "ON CONFLICT (job_id) DO NOTHING RETURNING job_id"
+        ),
+        raise_round_points=(
+            f"INSERT INTO round_points ({_ROUND_COLUMNS}) {from_arrays(round_types)} "
+            f"ON CONFLICT (player_id, round_id) DO UPDATE SET {_RAISE_SET} "
+            f"WHERE {_BEATS.format(c=_C_COLLATION)} RETURNING player_id"
+        ),
+        # Create the totals rows that are missing and lock them all, in player order,
+        # before the refresh reads round points. Without the lock, two transactions
+        # scoring one player in *different* rounds would each recompute the totals
+        # without seeing the other's round (read committed) and one update would be
+        # lost. DO UPDATE (a no-op) locks an existing row as SELECT … FOR UPDATE would;
+        # the refresh is a later statement, so its snapshot sees every committed round.
+        lock_totals=(
+            "INSERT INTO totals (player_id, points, solved_rounds, reached_at_ms) "
+            "SELECT p, 0, 0, 0 FROM unnest($1::text[]) AS p "
+            "ON CONFLICT (player_id) DO UPDATE SET points = totals.points"
+        ),
+        refresh_totals=_TOTALS_UPSERT.format(players=players),
+        columnar=True,
+    )
+
+
+@functools.cache
+def _statements(dialect: str) -> _Statements:
+    if dialect == "sqlite":
+        return _sqlite_statements()
+    if dialect == "postgresql":
+        return _postgresql_statements()
+    raise NotImplementedError(f"the durable floor supports sqlite and postgresql, not {dialect}")
 
 
 async def score_by_job(engine: AsyncEngine, job_id: str) -> ScoreRecord | None:
