@@ -17,19 +17,20 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from codemojex.config import Config
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from echomq.server import EmbeddedValkey
 
 log = logging.getLogger("codemojex")
 
-WS_IMPL = "websockets-sansio"  # uvicorn's "websockets" is websockets.legacy: deprecated
 GRACEFUL_SHUTDOWN_S = 5
 _HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
 
@@ -177,11 +178,11 @@ def _web(args: argparse.Namespace) -> int:
     import uvicorn
 
     from web.app import create_app
+    from web.server import server_config
 
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(config), host=config.host, port=config.port, ws=WS_IMPL,
-        proxy_headers=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        log_config=None, access_log=args.access_log, lifespan="on",
+    server = uvicorn.Server(server_config(
+        create_app(config), host=config.host, port=config.port,
+        graceful_shutdown_s=GRACEFUL_SHUTDOWN_S, access_log=args.access_log,
         log_level=args.log_level,
     ))
     server.run()
@@ -194,8 +195,18 @@ def _worker(args: argparse.Namespace) -> int:
 
     from codemojex.worker import run_worker
 
-    asyncio.run(run_worker(config, args.worker_id))
+    run_loop(run_worker(config, args.worker_id))
     return 0
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on uvloop where it is installed (it is a dependency on Linux): the
+    worker's claim, score and complete cycle spends a good part of its CPU in the loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,11 @@ from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
 
 log = logging.getLogger("codemojex.game")
+
+# Players known by their token's hash, per process. A player row never changes or goes
+# away, so a hit can never be stale; only hits are kept (a wrong token costs a query, and
+# guessing tokens fills nothing). Bounded: the least recently used entries leave first.
+AUTH_CACHE_SIZE = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,7 @@ class Game:
         self.queue = echomq.Queue(conn, GUESS_QUEUE)
         self.rounds = Rounds(conn, engine, config)
         self.guesses = Guesses(self.queue, self.rounds, config)
+        self._players: OrderedDict[str, store.Player] = OrderedDict()
 
     @classmethod
     def connect(cls, config: Config) -> Game:
@@ -71,9 +78,16 @@ class Game:
         if not token or len(token) > 256:
             raise Unauthorized("a valid player token is required")
         wanted = store.hash_token(token)
+        player = self._players.get(wanted)
+        if player is not None:
+            self._players.move_to_end(wanted)
+            return player
         player = await store.player_by_token_hash(self.engine, wanted)
         if player is None or not hmac.compare_digest(player.token_hash, wanted):
             raise Unauthorized("a valid player token is required")
+        self._players[wanted] = player
+        if len(self._players) > AUTH_CACHE_SIZE:
+            self._players.popitem(last=False)
         return player
 
     # -- rounds ------------------------------------------------------------------

@@ -4,8 +4,8 @@ The lifespan connects the :class:`~codemojex.game.Game` (Valkey + SQL), starts t
 (the one events reader of this process) and closes both at shutdown. Routes live in
 ``web.api`` (players), ``web.admin``, ``web.ws``; errors are mapped in ``web.errors``.
 
-Serve it with the options in :data:`UVICORN_OPTIONS` (the non-deprecated websockets
-implementation, frames capped at the body cap, protocol pings every 20 s).
+Serve it with :func:`web.server.server_config`, the one builder of uvicorn's settings
+(``up``, ``web``, the tests and the chaos harness all use it).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from codemojex.game import Admin, Game
 from web import admin, api, ws
 from web.errors import (
     BACKEND_ERRORS,
-    MAX_BODY_BYTES,
     Guard,
     on_backend_error,
     on_game_error,
@@ -47,14 +46,6 @@ log = logging.getLogger("codemojex.web")
 
 STATIC_DIR = Path(__file__).with_name("static")
 METRICS_QUEUE_TIMEOUT_S = 2.0
-
-UVICORN_OPTIONS: dict[str, Any] = {
-    "ws": "websockets-sansio",  # uvicorn's "websockets" (legacy) warns it is deprecated
-    "ws_max_size": MAX_BODY_BYTES,  # a bigger frame is closed 1009 by the protocol itself
-    "ws_ping_interval": 20.0,
-    "ws_ping_timeout": 20.0,
-    "timeout_graceful_shutdown": 5,
-}
 
 SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
     (b"content-security-policy",

@@ -395,13 +395,12 @@ async def serve(config: Any) -> Any:
     import uvicorn
 
     from tests.helpers import free_port
-    from web.app import UVICORN_OPTIONS, create_app
+    from web.app import create_app
+    from web.server import server_config
 
     port = free_port()
-    options = {**UVICORN_OPTIONS, "timeout_graceful_shutdown": 2}
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(config), host="127.0.0.1", port=port, log_level="critical",
-        log_config=None, lifespan="on", **options))
+    server = uvicorn.Server(server_config(
+        create_app(config), port=port, log_level="critical", graceful_shutdown_s=2))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(10):

@@ -36,7 +36,8 @@ from codemojex.config import Config
 from codemojex.store import migrate, sqlite_url
 from echomq.server import EmbeddedValkey, die_with_parent
 from tests.helpers import free_port
-from web.app import UVICORN_OPTIONS, create_app
+from web.app import create_app
+from web.server import server_config
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 SERVER_START_TIMEOUT_S = 10.0
@@ -114,11 +115,9 @@ class Served:
 async def serve(config: Config) -> AsyncIterator[Served]:
     """The app under a real uvicorn on a free port, until the block ends."""
     port = free_port()
-    options = {**UVICORN_OPTIONS, "timeout_graceful_shutdown": 2}
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning",
-        log_config=None, lifespan="on", **options))
+    server = uvicorn.Server(server_config(
+        app, port=port, log_level="warning", graceful_shutdown_s=2))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(SERVER_START_TIMEOUT_S):

@@ -27,7 +27,8 @@ from websockets.sync.client import connect
 from echomq.server import EmbeddedValkey
 from tests.helpers import free_port
 from tests.web.conftest import make_config
-from web.app import UVICORN_OPTIONS, create_app
+from web.app import create_app
+from web.server import server_config
 
 ERROR_CODES = {
     "invalid_body", "invalid_guess", "unauthorized", "forbidden", "not_found", "round_closed",
@@ -51,9 +52,8 @@ def running(private_valkey: EmbeddedValkey, sql_url: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     config = make_config(private_valkey.url, sql_url, tmp_path_factory.mktemp("fuzz"))
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(config), host="127.0.0.1", port=port, log_level="warning",
-        log_config=None, **{**UVICORN_OPTIONS, "timeout_graceful_shutdown": 2}))
+    server = uvicorn.Server(server_config(
+        create_app(config), port=port, log_level="warning", graceful_shutdown_s=2))
     thread = threading.Thread(target=server.run, name="fuzz-server")
     thread.start()
     try:

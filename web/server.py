@@ -1,0 +1,88 @@
+"""How a web process is served: the one builder of uvicorn's configuration.
+
+``codemojex up``, ``codemojex web``, the tests and the chaos harness all serve the app
+through :func:`server_config`, so what the tests exercise is what production runs.
+
+Websocket limits: permessage-deflate is off. With it on, a few kilobytes on the wire
+inflate into a frame of many megabytes before any size check can run, and compressing
+every outgoing score cost about 8 % of the web process's CPU for messages of ~200 bytes.
+Frames are capped by the protocol at :data:`WS_MAX_FRAME_BYTES` (closed 1009 before they
+are buffered); the app's own check (``web.ws``) refuses text over the contract's 16 KiB
+body cap below that, also with 1009.
+
+Logs never carry credentials: uvicorn logs every websocket accept and refusal with the
+full path, query string included (``/ws?token=…``), so its loggers get
+:class:`RedactCredentials`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import uvicorn
+
+from web.errors import MAX_BODY_BYTES
+
+WS_IMPL = "websockets-sansio"  # uvicorn's "websockets" is websockets.legacy: deprecated
+WS_MAX_FRAME_BYTES = 4 * MAX_BODY_BYTES
+WS_PING_INTERVAL_S = 20.0
+GRACEFUL_SHUTDOWN_S = 5
+
+_CREDENTIAL = re.compile(r"((?:^|[?&\s\"'])(?:token|access_token)=)[^&\s\"']+", re.IGNORECASE)
+_BEARER = re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def redact(text: str) -> str:
+    """``text`` with query-string tokens and bearer credentials replaced by ``…``."""
+    return _BEARER.sub(r"\1…", _CREDENTIAL.sub(r"\1…", text))
+
+
+class RedactCredentials(logging.Filter):
+    """Rewrites a record's message with :func:`redact` before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the handler's problem
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+def install_log_redaction() -> None:
+    """Put :class:`RedactCredentials` on uvicorn's loggers (idempotent)."""
+    for name in UVICORN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactCredentials) for f in logger.filters):
+            logger.addFilter(RedactCredentials())
+
+
+def server_config(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
+                  log_level: str = "info", access_log: bool = False,
+                  graceful_shutdown_s: float = GRACEFUL_SHUTDOWN_S,
+                  **overrides: Any) -> uvicorn.Config:
+    """uvicorn's configuration for ``app``: the production settings, wherever it runs.
+
+    ``overrides`` exist for what legitimately differs between callers (a socket to bind,
+    say); the websocket limits are not among them.
+    """
+    for fixed in ("ws", "ws_max_size", "ws_per_message_deflate"):
+        if fixed in overrides:
+            raise ValueError(f"{fixed} is fixed by web.server, not per caller")
+    install_log_redaction()
+    return uvicorn.Config(
+        app, host=host, port=port,
+        ws=WS_IMPL, ws_max_size=WS_MAX_FRAME_BYTES, ws_per_message_deflate=False,
+        ws_ping_interval=WS_PING_INTERVAL_S, ws_ping_timeout=WS_PING_INTERVAL_S,
+        # "auto" takes httptools and uvloop, both dependencies: C parsing and a libuv loop.
+        http="auto", loop="auto",
+        proxy_headers=False, lifespan="on", log_config=None,
+        access_log=access_log, log_level=log_level,
+        timeout_graceful_shutdown=graceful_shutdown_s,
+        **overrides,
+    )
