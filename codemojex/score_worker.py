@@ -5,6 +5,11 @@ player's totals in one SQL transaction keyed on the JOB id, then returns the res
 with which the Consumer completes the job under its fencing token. Every step may be
 repeated (a crash after the commit, a lost lease, a zombie): the SQL write is a no-op
 the second time and the result is the same, so a guess is counted once.
+
+The handlers of one worker share a :class:`~codemojex.store.GroupCommit`: the guesses
+they score at the same time are written in one transaction (one fsync, a handful of
+statements per batch), and each handler returns — so its job is completed — only after
+the batch holding its score committed.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from codemojex.rules import feedback, points_for
 
 class ScoreWorker:
     def __init__(self, engine: AsyncEngine, rounds: Rounds, worker_id: str,
-                 score_delay_ms: int = 0) -> None:
+                 score_delay_ms: int = 0, *, group: store.GroupCommit | None = None) -> None:
         self.engine = engine
+        self.group = group or store.GroupCommit(engine)
         self.rounds = rounds
         self.worker_id = worker_id
         self.score_delay_ms = score_delay_ms
@@ -66,9 +72,9 @@ class ScoreWorker:
             attempts=claim.token,
             worker_id=self.worker_id,
         )
-        if await store.record_score(self.engine, record):
+        if await self.group.write(record):
             self.scored += 1
-        maybe_crash("after_commit")
+        maybe_crash("after_commit")  # the batch holding this score has committed
         # Everything the browser needs rides on the completion event.
         return {
             "player_id": record.player_id,
@@ -81,6 +87,10 @@ class ScoreWorker:
             "points": points,
             "worker_id": self.worker_id,
         }
+
+    async def close(self) -> None:
+        """Wait for the scores in flight to commit; no handler may run after this."""
+        await self.group.close()
 
     def meta(self) -> dict[str, Any]:
         """What the heartbeat tells the admin page about this worker."""

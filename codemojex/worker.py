@@ -120,4 +120,5 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await scorer.close()  # scores in flight commit before the engine goes
         await game.close()

@@ -4,6 +4,7 @@
     await migrate_async(url)           # alembic upgrade head (sync: migrate(url))
     wrote = await record_score(engine, ScoreRecord(...))   # idempotent on the JOB id
     written = await record_scores(engine, records)         # a batch, one transaction
+    wrote = await GroupCommit(engine).write(record)        # concurrent writers share commits
 
 Every function takes the :class:`~sqlalchemy.ext.asyncio.AsyncEngine`, runs its own short
 transaction and returns plain records, never ORM objects.
@@ -22,6 +23,7 @@ from codemojex.store.db import (
     sqlite_url,
 )
 from codemojex.store.dead import delete_dead, get_dead, list_dead, mark_dead_retried, upsert_dead
+from codemojex.store.group_commit import GroupCommit, GroupCommitClosed
 from codemojex.store.records import DeadJob, Player, Round, ScoreRecord
 from codemojex.store.repo import (
     create_player,
@@ -40,6 +42,8 @@ from codemojex.store.scores import record_score, record_scores, score_by_job, sc
 __all__ = [
     "SQLITE_FILENAME",
     "DeadJob",
+    "GroupCommit",
+    "GroupCommitClosed",
     "Player",
     "Round",
     "ScoreRecord",
