@@ -1,0 +1,1076 @@
+"""The game path's speed: open-loop guesses against ``codemojex up``; prints figures, asserts nothing.
+
+    uv run python -m bench.bench_game [--rates 100,300,1000,2000] [--duration 10] [--workers 2]
+        [--players 200] [--postgres | --database-url postgresql://…] [--up-arg=--concurrency=8]
+        [--json OUT] [--html OUT]
+
+Starts a fresh ``codemojex up`` (embedded Valkey, SQLite unless told otherwise, N workers),
+creates the players, opens one websocket per player, and offers each rate for ``--duration``
+seconds, then waits (``--drain``) for the scores of every accepted guess. The load is open
+loop: the send times come from a seeded schedule (Poisson or uniform) fixed before the window
+starts, never from the answers, and each send goes to the next player in turn (or a random
+one), so each player offers ``rate / players`` guesses a second.
+
+The client is kept light so that its own CPU, printed beside the server's, stays a small
+share: raw HTTP/1.1 keep-alive over asyncio streams, requests pre-encoded as bytes, a pool of
+connections (a send that finds none idle is pipelined behind an unanswered request rather
+than delayed: the schedule holds, and the count is printed), and only the status line,
+``Content-Length`` and the bodies of ``202`` and of errors parsed. Websocket messages are
+parsed only when they are a ``score`` or a ``round``.
+
+Per guess it records the scheduled and actual send time, the answer's arrival and the
+score's arrival on its owner's socket (matched by job id; a score may beat the ``202``).
+Per rate: accepted/s and scored/s over the window, refusals by error code, accept→score
+(``202`` received → score on the socket) percentiles, send→``202`` p99, the client's send
+lag (when it falls behind, the load offered was not the one asked for, and the table says so),
+and CPU milliseconds per accepted guess for every process of ``up`` (web, each worker,
+Valkey, the supervisor), a throwaway PostgreSQL (``--postgres``) and the client itself, read
+from ``/proc/<pid>/stat`` from the first send until the drain ends. The machine's CPU used by
+processes that are none of these is printed too: the figures are only as quiet as the machine.
+
+When a rate's backlog does not drain in time, the next rate runs on a fresh ``up`` so one
+rate's queue never leaks into the next. This module is longer than the house's ~400 lines
+because a benchmark reads best whole: client, probe and report together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import html
+import io
+import itertools
+import logging
+import math
+import os
+import random
+import re
+import shlex
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from bench.common import (
+    machine,
+    machine_busy_seconds,
+    proc_argv,
+    proc_cpu_seconds,
+    proc_parent,
+    signals_raise_keyboardinterrupt,
+)
+from tests.cli.running import Up, descendants
+
+try:  # the client's loop; the server's processes choose their own
+    import uvloop
+except ImportError:  # pragma: no cover - a dependency on Linux
+    uvloop = None  # type: ignore[assignment]
+
+console = Console() if sys.stdout.isatty() else Console(width=200)
+now = time.perf_counter  # every client timestamp: one monotonic clock
+
+LAG_OK_MS = 5.0  # a client whose send lag p99 passes this did not offer the load asked for
+SCORED_OK = 0.95  # scored/s must reach this share of offered/s (issue 9)
+REQUEST_TIMEOUT_S = 15.0
+_TYPE = re.compile(r'"type":\s*"([a-z_]+)"')
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass
+class Options:
+    rates: list[float] = field(default_factory=lambda: [100.0, 300.0, 1000.0, 2000.0])
+    duration: float = 10.0
+    drain: float = 30.0  # seconds to wait after the load for every accepted guess's score
+    warmup: float = 2.0  # seconds at a low rate before the first window, not recorded
+    players: int = 200
+    connections: int = 64
+    schedule: str = "poisson"  # or "uniform"
+    pick: str = "round-robin"  # or "random"
+    seed: int = 1
+    fresh_each_rate: bool = False
+    progress: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw HTTP/1.1
+
+
+class HttpError(Exception):
+    """A setup call got an answer the benchmark cannot go on with."""
+
+
+def encode_request(method: str, path: str, host: str, body: bytes | None = None,
+                   token: str | None = None, close: bool = False) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+    if token:
+        lines.append(f"Authorization: Bearer {token}")
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+    """(status, body, the server will close): the status line, ``Content-Length`` and the
+    body's bytes; no other header is looked at but ``Connection: close``."""
+    head = (await reader.readuntil(b"\r\n\r\n")).lower()
+    status = int(head[9:12])
+    i = head.find(b"\r\ncontent-length:")
+    if i < 0:
+        if b"\r\ntransfer-encoding:" in head:
+            raise ValueError("chunked answers are not expected from this server")
+        n = 0
+    else:
+        n = int(head[i + 17:head.index(b"\r\n", i + 17)])
+    body = await reader.readexactly(n) if n else b""
+    return status, body, b"\r\nconnection: close" in head
+
+
+async def http_once(host: str, port: int, method: str, path: str, body: Any = None,
+                    token: str | None = None) -> tuple[int, Any]:
+    """One request on a fresh connection (setup and control only): (status, decoded JSON)."""
+    data = None if body is None else orjson.dumps(body)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+    try:
+        writer.write(encode_request(method, path, f"{host}:{port}", data, token, close=True))
+        status, raw, _ = await asyncio.wait_for(read_response(reader), REQUEST_TIMEOUT_S)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    try:
+        return status, orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return status, raw.decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# One guess, one window
+
+
+class Guess:
+    __slots__ = ("answered", "error", "job_id", "player", "scheduled", "scored", "scored_on",
+                 "scores", "sent", "status", "window")
+
+    def __init__(self, window: Window, player: int, scheduled: float) -> None:
+        self.window = window
+        self.player = player
+        self.scheduled = scheduled
+        self.sent = 0.0
+        self.answered: float | None = None
+        self.status = 0
+        self.error: str | None = None
+        self.job_id: str | None = None
+        self.scored: float | None = None
+        self.scored_on: int | None = None
+        self.scores = 0  # how many score messages named its job: exactly one is right
+
+
+@dataclass
+class Window:
+    rate: float
+    duration: float
+    t0: float = 0.0
+    load_end: float = 0.0  # the last send
+    drain_end: float = 0.0
+    guesses: list[Guess] = field(default_factory=list)
+    answered: int = 0
+    accepted: int = 0
+    scored: int = 0
+    pipelined: int = 0  # sends that found no idle connection
+    score_before_202: int = 0
+    drained: bool = False
+    backlog: dict[str, int] | None = None  # the queue at the end of the load
+    ws_messages: Counter[str] = field(default_factory=Counter)
+    ws_closes: Counter[str] = field(default_factory=Counter)
+
+
+# ---------------------------------------------------------------------------------------------
+# The connection pool: open loop, pipelining rather than waiting
+
+
+class HttpConn:
+    def __init__(self, pool: Pool, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.pool, self.reader, self.writer = pool, reader, writer
+        self.pending: deque[Guess] = deque()
+        self.alive = True
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                status, body, close = await read_response(self.reader)
+                self.pool.answer(self.pending.popleft(), status, body, now())
+                if not self.pending:
+                    self.pool.idle.append(self)
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError,
+                IndexError):
+            pass  # the server closed it (keep-alive timeout) or answered nonsense
+        finally:
+            self.pool.lost(self)
+
+
+class Pool:
+    """``n`` keep-alive connections; :meth:`send` writes pre-encoded bytes on an idle one, or
+    pipelines them on the next busy one, so a send is never delayed by an answer."""
+
+    def __init__(self, host: str, port: int, answer: Callable[[Guess, int, bytes, float], None]
+                 ) -> None:
+        self.host, self.port, self.answer = host, port, answer
+        self.conns: list[HttpConn] = []
+        self.idle: deque[HttpConn] = deque()
+        self.rr = 0
+        self.closing = False
+        self._reopening: set[asyncio.Task[None]] = set()
+
+    async def open(self, n: int) -> Pool:
+        await asyncio.gather(*(self._add() for _ in range(n)))
+        return self
+
+    async def _add(self) -> None:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        conn = HttpConn(self, reader, writer)
+        self.conns.append(conn)
+        self.idle.append(conn)
+
+    def send(self, data: bytes, guess: Guess) -> None:
+        if self.idle:
+            conn = self.idle.popleft()
+        elif self.conns:
+            conn = self.conns[self.rr % len(self.conns)]
+            self.rr += 1
+            guess.window.pipelined += 1
+        else:
+            self.answer(guess, 0, b"no_connection", now())
+            return
+        conn.pending.append(guess)
+        conn.writer.write(data)
+
+    def lost(self, conn: HttpConn) -> None:
+        if not conn.alive:
+            return
+        conn.alive = False
+        with contextlib.suppress(ValueError):
+            self.conns.remove(conn)
+        with contextlib.suppress(ValueError):
+            self.idle.remove(conn)
+        conn.writer.close()
+        t = now()
+        while conn.pending:
+            self.answer(conn.pending.popleft(), 0, b"connection_lost", t)
+        if not self.closing:
+            task = asyncio.create_task(self._add())
+            self._reopening.add(task)
+            task.add_done_callback(self._reopening.discard)
+
+    async def close(self) -> None:
+        self.closing = True
+        for task in self._reopening:
+            task.cancel()
+        for conn in list(self.conns):
+            conn.task.cancel()
+            conn.writer.close()
+        await asyncio.gather(*(c.task for c in self.conns), *self._reopening,
+                             return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client: players, their sockets, the offered load
+
+
+@dataclass
+class Player:
+    index: int
+    player_id: str
+    token: str
+    prefix: bytes  # the guess request up to its Content-Length
+    greeted: asyncio.Event = field(default_factory=asyncio.Event)
+    ws: ClientConnection | None = None
+    after: str | None = None  # the last event id seen: a reconnect resumes from it
+
+
+class GameClient:
+    """The players of one ``up``: their tokens, open sockets and the score ledger."""
+
+    def __init__(self, base: str, players: int, seed: int, admin_token: str = "") -> None:
+        url = urlsplit(base)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.ws_base = f"ws://{self.host}:{self.port}/ws?token="
+        self.n_players = players
+        self.admin_token = admin_token
+        self.rng = random.Random(seed)
+        self.players: list[Player] = []
+        self.round: dict[str, Any] = {}
+        self.bodies: list[bytes] = []  # "Content-Length: N\r\n\r\n{body}" for this round
+        self.rotations = 0
+        self.jobs: dict[str, Guess] = {}
+        self.early: dict[str, tuple[float, int]] = {}  # scores that beat their 202
+        self.window: Window | None = None
+        self.pool: Pool | None = None
+        self.closing = False
+        self._listeners: list[asyncio.Task[None]] = []
+        self._refetch: asyncio.Task[None] | None = None
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    async def start(self, name_prefix: str = "bench") -> GameClient:
+        await self.fetch_round()
+        sem = asyncio.Semaphore(16)
+        tag = f"{name_prefix}{os.getpid() % 1000}-{int(time.time()) % 100000}"
+
+        async def create(i: int) -> Player:
+            async with sem:
+                for attempt in range(20):
+                    status, body = await http_once(self.host, self.port, "POST", "/api/players",
+                                                   {"name": f"{tag}-{i}"[:32]})
+                    if status == 201:
+                        break
+                    if status in (429, 503) and attempt < 19:
+                        await asyncio.sleep(0.5)
+                        continue
+                    raise HttpError(f"POST /api/players: {status} {body}")
+            prefix = (f"POST /api/guesses HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                      f"Authorization: Bearer {body['token']}\r\n"
+                      "Content-Type: application/json\r\n").encode()
+            return Player(i, body["player_id"], body["token"], prefix)
+
+        self.players = list(await asyncio.gather(*(create(i) for i in range(self.n_players))))
+        self._listeners = [asyncio.create_task(self._listen(p)) for p in self.players]
+        await asyncio.wait_for(asyncio.gather(*(p.greeted.wait() for p in self.players)), 60)
+        return self
+
+    async def fetch_round(self) -> None:
+        status, body = await http_once(self.host, self.port, "GET", "/api/round")
+        if status != 200:
+            raise HttpError(f"GET /api/round: {status} {body}")
+        self._use_round(body)
+
+    def _use_round(self, info: dict[str, Any]) -> None:
+        if info.get("round_id") == self.round.get("round_id"):
+            return
+        if self.round:
+            self.rotations += 1
+        self.round = info
+        palette, length = info["palette"], int(info["length"])
+        bodies = []
+        for _ in range(512):
+            body = orjson.dumps({"round_id": info["round_id"],
+                                 "guess": [self.rng.choice(palette) for _ in range(length)]})
+            bodies.append(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.bodies = bodies
+
+    def _refetch_round(self) -> None:
+        if self._refetch is None or self._refetch.done():
+            self._refetch = asyncio.create_task(self.fetch_round())
+
+    async def _listen(self, p: Player) -> None:
+        while not self.closing:
+            uri = self.ws_base + quote(p.token, safe="")
+            if p.after:
+                uri += "&after=" + quote(p.after, safe="")
+            code = "refused"
+            try:
+                async with connect(uri, compression=None, max_size=1 << 24, open_timeout=30,
+                                   close_timeout=2) as ws:
+                    p.ws = ws
+                    async for text in ws:
+                        self._message(p, text if isinstance(text, str) else text.decode())
+                    code = str(ws.close_code)
+            except ConnectionClosed as e:
+                code = str(e.rcvd.code if e.rcvd else "abnormal")
+            except (OSError, InvalidHandshake, TimeoutError):
+                pass
+            p.ws = None
+            if self.closing:
+                return
+            if self.window is not None:
+                self.window.ws_closes[code] += 1
+            await asyncio.sleep(0.5)
+
+    def _message(self, p: Player, text: str) -> None:
+        t = now()
+        m = _TYPE.search(text)
+        kind = m[1] if m else "?"
+        if self.window is not None:
+            self.window.ws_messages[kind] += 1
+        if kind == "score":
+            msg = orjson.loads(text)
+            p.after = msg.get("event_id") or p.after
+            guess = self.jobs.get(msg["job_id"])
+            if guess is None:
+                self.early[msg["job_id"]] = (t, p.index)
+            else:
+                self._scored(guess, t, p.index)
+        elif kind == "round":
+            msg = orjson.loads(text)
+            if msg.get("state") == "open":
+                self._use_round(msg)
+            p.greeted.set()
+        elif kind in ("leaderboard", "progress"):
+            p.greeted.set()
+
+    def _scored(self, guess: Guess, t: float, on: int) -> None:
+        guess.scores += 1
+        if guess.scored is None:
+            guess.scored, guess.scored_on = t, on
+            guess.window.scored += 1
+
+    def answer(self, guess: Guess, status: int, body: bytes, t: float) -> None:
+        guess.answered, guess.status = t, status
+        w = guess.window
+        w.answered += 1
+        if status == 202:
+            job_id = orjson.loads(body)["job_id"]
+            guess.job_id = job_id
+            w.accepted += 1
+            self.jobs[job_id] = guess
+            early = self.early.pop(job_id, None)
+            if early is not None:
+                w.score_before_202 += 1
+                self._scored(guess, *early)
+            return
+        if status == 0:
+            guess.error = body.decode()
+            return
+        try:
+            guess.error = str(orjson.loads(body).get("error", f"http_{status}"))
+        except (orjson.JSONDecodeError, AttributeError):
+            guess.error = f"http_{status}"
+        if guess.error == "round_closed":
+            self._refetch_round()
+
+    # -- the load -------------------------------------------------------------------------------
+
+    async def offer(self, rate: float, duration: float, opts: Options, drain: float,
+                    on_tick: Callable[[Window, int], None] | None = None,
+                    at_start: Callable[[], None] | None = None) -> Window:
+        """Offer ``rate`` guesses/s for ``duration`` s, then wait up to ``drain`` s for every
+        accepted guess's score. ``at_start`` runs just before the first send (the CPU probe)."""
+        rng = random.Random(f"{opts.seed}:{rate}")
+        offsets = send_offsets(rate, duration, opts.schedule, rng)
+        n_players = len(self.players)
+        if opts.pick == "random":
+            picks = [rng.randrange(n_players) for _ in offsets]
+        else:
+            first = rng.randrange(n_players)
+            picks = [(first + i) % n_players for i in range(len(offsets))]
+        w = Window(rate, duration)
+        self.window = w
+        conns = min(opts.connections, max(8, math.ceil(rate / 8)))
+        self.pool = pool = await Pool(self.host, self.port, self.answer).open(conns)
+        ticker = asyncio.create_task(self._tick(w, on_tick)) if on_tick else None
+        try:
+            if at_start:
+                at_start()
+            w.t0 = t0 = now() + 0.05
+            players, guesses, send = self.players, w.guesses, pool.send
+            i, n = 0, len(offsets)
+            while i < n:
+                t = now()
+                due = t0 + offsets[i]
+                if due > t:
+                    await asyncio.sleep(due - t)
+                    continue
+                while i < n and t0 + offsets[i] <= t:
+                    p = players[picks[i]]
+                    g = Guess(w, p.index, t0 + offsets[i])
+                    guesses.append(g)
+                    data = p.prefix + self.bodies[i & 511]
+                    g.sent = now()
+                    send(data, g)
+                    i += 1
+            w.load_end = now()
+            w.backlog = await self._backlog()
+            deadline = now() + drain
+            while now() < deadline:
+                if w.answered == len(guesses) and w.scored >= w.accepted:
+                    w.drained = True
+                    break
+                await asyncio.sleep(0.01)
+            w.drain_end = now()
+        finally:
+            if ticker:
+                ticker.cancel()
+            self.pool = None
+            await pool.close()
+        return w
+
+    async def _tick(self, w: Window, on_tick: Callable[[Window, int], None]) -> None:
+        while True:
+            on_tick(w, len(w.guesses))
+            await asyncio.sleep(0.25)
+
+    async def _backlog(self) -> dict[str, int] | None:
+        if not self.admin_token:
+            return None
+        with contextlib.suppress(OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
+            status, body = await http_once(self.host, self.port, "GET", "/api/admin/queue",
+                                           token=self.admin_token)
+            if status == 200:
+                return {k: int(body[k]) for k in ("pending", "active", "scheduled")}
+        return None
+
+    async def close(self) -> None:
+        self.closing = True
+        sockets = [p.ws for p in self.players if p.ws is not None]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(ws.close() for ws in sockets),
+                                                  return_exceptions=True), 5)
+        for task in self._listeners:
+            task.cancel()
+        await asyncio.gather(*self._listeners, return_exceptions=True)
+        if self._refetch:
+            self._refetch.cancel()
+
+
+def send_offsets(rate: float, duration: float, kind: str, rng: random.Random) -> list[float]:
+    """Send times (s from the window's start): evenly spaced, or Poisson arrivals."""
+    if kind == "uniform":
+        return [i / rate for i in range(round(rate * duration))]
+    out, t = [], rng.expovariate(rate)
+    while t < duration:
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU per process, from /proc
+
+
+def role_of(pid: int, up_pid: int) -> str | None:
+    """``up``, ``web``, ``worker``, ``valkey``, ``postgres``; None: ask its parent."""
+    if pid == up_pid:
+        return "up"
+    argv = proc_argv(pid)
+    if not argv:
+        return None
+    first = argv[0]
+    if "valkey-server" in first or "redis-server" in first:
+        return "valkey"
+    if Path(first.split()[0]).name == "postgres" or first.startswith("postgres:"):
+        return "postgres"
+    for tok, nxt in itertools.pairwise(argv):
+        if (tok == "codemojex" or tok.endswith("/codemojex")) and nxt in ("web", "worker", "up"):
+            return nxt
+    return None
+
+
+class Processes:
+    """The pids to watch and what each one is: ``up``'s tree, extra trees (a throwaway
+    PostgreSQL), and this client."""
+
+    def __init__(self, up_pid: int, extra: dict[str, int] | None = None) -> None:
+        self.up_pid = up_pid
+        self.extra = extra or {}
+
+    def roles(self) -> dict[int, str]:
+        found = {self.up_pid} | descendants(self.up_pid)
+        roles: dict[int, str] = {}
+
+        def role(pid: int, depth: int = 0) -> str:
+            if pid in roles:
+                return roles[pid]
+            r = role_of(pid, self.up_pid)
+            if r is None:
+                parent = proc_parent(pid)
+                r = role(parent, depth + 1) if parent in found and depth < 8 else "other"
+            roles[pid] = r
+            return r
+
+        for pid in sorted(found):
+            role(pid)
+        for name, root in self.extra.items():
+            for pid in {root} | descendants(root):
+                roles[pid] = name
+        roles[os.getpid()] = "client"
+        return roles
+
+    def snapshot(self) -> CpuSnapshot:
+        roles = self.roles()
+        cpu = {pid: proc_cpu_seconds(pid) for pid in roles}
+        return CpuSnapshot(now(), machine_busy_seconds(), roles,
+                           {pid: c for pid, c in cpu.items() if c is not None})
+
+
+@dataclass
+class CpuSnapshot:
+    t: float
+    machine_busy: float
+    roles: dict[int, str]
+    cpu: dict[int, float]
+
+
+def cpu_figures(before: CpuSnapshot, after: CpuSnapshot, accepted: int) -> dict[str, Any]:
+    """CPU seconds per process between two snapshots, ms per accepted guess, share of a core;
+    by role too (every worker summed), and the machine's CPU used by anything else."""
+    span = max(1e-9, after.t - before.t)
+    per = max(1, accepted)
+    procs = []
+    for pid, role in sorted(before.roles.items(), key=lambda kv: (kv[1], kv[0])):
+        if pid in before.cpu and pid in after.cpu:
+            used = max(0.0, after.cpu[pid] - before.cpu[pid])
+            procs.append({"role": role, "pid": pid, "cpu_s": round(used, 4),
+                          "ms_per_guess": round(used * 1000 / per, 4),
+                          "core_share": round(used / span, 4)})
+    by_role: dict[str, float] = {}
+    for p in procs:
+        by_role[p["role"]] = by_role.get(p["role"], 0.0) + p["cpu_s"]
+    ours = sum(by_role.values())
+    busy = max(0.0, after.machine_busy - before.machine_busy)
+    changed = sorted({r for pid, r in after.roles.items() if pid not in before.roles}
+                     | {r for pid, r in before.roles.items() if pid not in after.roles})
+    return {
+        "window_s": round(span, 3),
+        "processes": procs,
+        "workers": [p for p in procs if p["role"] == "worker"],
+        "roles": {r: {"cpu_s": round(s, 4), "ms_per_guess": round(s * 1000 / per, 4),
+                      "core_share": round(s / span, 4)} for r, s in sorted(by_role.items())},
+        "ours_ms_per_guess": round(ours * 1000 / per, 4),
+        "machine_busy_cores": round(busy / span, 3),
+        "others_cores": round(max(0.0, busy - ours) / span, 3),
+        "changed_roles": changed,  # a process came or went in the window (a restart)
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of sorted ``xs``."""
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1000, 2)
+
+
+def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[str, Any]:
+    guesses = w.guesses
+    accepted = [g for g in guesses if g.status == 202]
+    scored = [g for g in accepted if g.scored is not None]
+    end = w.t0 + w.duration
+    a2s = sorted(max(0.0, g.scored - g.answered) for g in scored)  # type: ignore[operator]
+    s2s = sorted(g.scored - g.sent for g in scored)  # type: ignore[operator]
+    s2a = sorted(g.answered - g.sent for g in guesses if g.status)  # type: ignore[operator]
+    lag = sorted(g.sent - g.scheduled for g in guesses)
+    refused: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for g in guesses:
+        if g.status == 429:
+            refused[g.error or "?"] += 1
+        elif g.status != 202:
+            errors[f"{g.status} {g.error}" if g.status else str(g.error)] += 1
+    offered = len(guesses) / w.duration
+    scored_in_window = sum(1 for g in scored if g.scored <= end)  # type: ignore[operator]
+    lag_p99 = _ms(pct(lag, 0.99))
+    late_scores = sum(1 for jid in client.early)
+    return {
+        "rate": w.rate,
+        "duration_s": w.duration,
+        "offered_per_s": round(offered, 1),
+        "sent": len(guesses),
+        "sent_per_s": round(len(guesses) / max(w.duration, w.load_end - w.t0), 1),
+        "send_lag_p50_ms": _ms(pct(lag, 0.5)),
+        "send_lag_p99_ms": lag_p99,
+        "send_lag_max_ms": _ms(lag[-1] if lag else None),
+        "client_kept_schedule": lag_p99 is not None and lag_p99 <= LAG_OK_MS,
+        "pipelined": w.pipelined,
+        "accepted": len(accepted),
+        "accepted_per_s": round(sum(1 for g in accepted if g.answered <= end)  # type: ignore[operator]
+                                / w.duration, 1),
+        "scored_per_s": round(scored_in_window / w.duration, 1),
+        "scored_ok": scored_in_window / w.duration >= SCORED_OK * offered,
+        "scored": len(scored),
+        "unscored": len(accepted) - len(scored),
+        "duplicate_scores": sum(g.scores - 1 for g in scored if g.scores > 1),
+        "wrong_socket": sum(1 for g in scored if g.scored_on != g.player),
+        "unknown_scores": late_scores,
+        "score_before_202": w.score_before_202,
+        "unanswered": sum(1 for g in guesses if g.answered is None),
+        "refused": dict(refused),
+        "errors": dict(errors),
+        "accept_to_score_ms": {"p50": _ms(pct(a2s, 0.5)), "p90": _ms(pct(a2s, 0.9)),
+                               "p99": _ms(pct(a2s, 0.99)), "max": _ms(a2s[-1] if a2s else None)},
+        "send_to_score_p99_ms": _ms(pct(s2s, 0.99)),
+        "send_to_202_ms": {"p50": _ms(pct(s2a, 0.5)), "p99": _ms(pct(s2a, 0.99)),
+                           "max": _ms(s2a[-1] if s2a else None)},
+        "backlog_at_load_end": w.backlog,
+        "drained": w.drained,
+        "drain_s": round(w.drain_end - w.load_end, 2),
+        "ws_messages_per_s": {k: round(v / max(1e-9, w.drain_end - w.t0), 1)
+                              for k, v in sorted(w.ws_messages.items())},
+        "ws_closes": dict(w.ws_closes),
+        "round_rotations": client.rotations,
+        "cpu": cpu,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a configuration
+
+
+def up_args(a: argparse.Namespace) -> list[str]:
+    args = ["--workers", str(a.workers), "--round-seconds", str(a.round_seconds)]
+    for extra in a.up_arg:
+        args += shlex.split(extra)
+    return args
+
+
+async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], None],
+                  extra_roots: Callable[[], dict[str, int]] | None = None,
+                  progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Every rate of ``opts`` on ``up``s from ``start``: a fresh one at first, after a
+    rate that did not drain, and for every rate with ``fresh_each_rate``. The core of the
+    benchmark, also run by tests/load/test_bench_game.py."""
+    rows: list[dict[str, Any]] = []
+    up: Up | None = None
+    client: GameClient | None = None
+    try:
+        for i, rate in enumerate(opts.rates):
+            if up is None or (opts.fresh_each_rate and i) or not rows[-1]["drained"]:
+                if client is not None:
+                    await client.close()
+                if up is not None:
+                    stop(up)
+                up = start()
+                client = await GameClient(up.base, opts.players, opts.seed,
+                                          up.admin_token).start()
+                if opts.warmup > 0:
+                    await client.offer(min(50.0, rate), opts.warmup, opts, opts.drain)
+            assert client is not None and up is not None
+            probe = Processes(up.proc.pid if up.proc else 0,
+                              extra_roots() if extra_roots else None)
+            snap: list[CpuSnapshot] = []
+            task = None
+            if progress is not None:
+                task = progress.add_task(f"{rate:g}/s", total=None, info="")
+
+            def tick(w: Window, sent: int, task: Any = task) -> None:
+                assert progress is not None
+                progress.update(task, completed=sent, total=max(sent, round(w.rate * w.duration)),
+                                info=f"202 {w.accepted:,}  scored {w.scored:,}  "
+                                     f"pipelined {w.pipelined:,}")
+
+            def at_start(probe: Processes = probe, snap: list[CpuSnapshot] = snap) -> None:
+                snap.append(probe.snapshot())
+
+            w = await client.offer(rate, opts.duration, opts, opts.drain,
+                                   on_tick=tick if progress is not None else None,
+                                   at_start=at_start)
+            after = probe.snapshot()
+            if progress is not None:
+                tick(w, len(w.guesses))
+            rows.append(window_figures(w, cpu_figures(snap[0], after, w.accepted), client))
+    finally:
+        if client is not None:
+            await client.close()
+        if up is not None:
+            stop(up)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def _f(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _codes(c: dict[str, int]) -> str:
+    return " ".join(f"{k} {v:,}" for k, v in sorted(c.items())) or "0"
+
+
+def print_tables(rows: list[dict[str, Any]], title: str) -> None:
+    t = Table(title=f"{title}: throughput and latency")
+    for col in ("offered/s", "send lag p99 ms", "accepted/s", "scored/s", "≥ 95 %",
+                "429s", "other errors", "backlog at load end", "accept→score p50 ms",
+                "p99 ms", "max ms", "send→202 p99 ms", "drain s", "every score once"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        lat = r["accept_to_score_ms"]
+        ok = (r["unscored"] == r["duplicate_scores"] == r["wrong_socket"] == 0)
+        backlog = r["backlog_at_load_end"]
+        t.add_row(
+            _f(r["offered_per_s"]) + ("" if r["client_kept_schedule"] else " [red](client behind)"),
+            _f(r["send_lag_p99_ms"], 1), _f(r["accepted_per_s"]), _f(r["scored_per_s"]),
+            "yes" if r["scored_ok"] else "[red]no", _codes(r["refused"]), _codes(r["errors"]),
+            "-" if backlog is None else f"{backlog['pending'] + backlog['active']:,}",
+            _f(lat["p50"], 1), _f(lat["p99"], 1), _f(lat["max"], 1),
+            _f(r["send_to_202_ms"]["p99"], 1), _f(r["drain_s"], 1),
+            "yes" if ok else f"[red]{r['unscored']} unscored, {r['duplicate_scores']} doubled, "
+                             f"{r['wrong_socket']} wrong socket",
+        )
+    console.print(t)
+    roles = sorted({role for r in rows for role in r["cpu"]["roles"]}
+                   - {"web", "worker", "valkey", "up", "client"})
+    n_workers = max((len(r["cpu"]["workers"]) for r in rows), default=0)
+    c = Table(title=f"{title}: CPU ms per accepted guess (share of one core)")
+    for col in ("offered/s", "web", *(f"worker {i + 1}" for i in range(n_workers)),
+                "Σ workers", "valkey", "up", *roles, "client", "all ours", "other load (cores)"):
+        c.add_column(col, justify="right")
+    for r in rows:
+        cpu = r["cpu"]
+
+        def cell(d: dict[str, Any] | None) -> str:
+            if d is None:
+                return "-"
+            return f"{d['ms_per_guess']:.3f} ({d['core_share'] * 100:.0f} %)"
+
+        workers = [cell(w) for w in cpu["workers"]] + ["-"] * (n_workers - len(cpu["workers"]))
+        c.add_row(_f(r["offered_per_s"]), cell(cpu["roles"].get("web")), *workers,
+                  cell(cpu["roles"].get("worker")), cell(cpu["roles"].get("valkey")),
+                  cell(cpu["roles"].get("up")), *(cell(cpu["roles"].get(x)) for x in roles),
+                  cell(cpu["roles"].get("client")), f"{cpu['ours_ms_per_guess']:.3f}",
+                  f"{cpu['others_cores']:.2f}")
+    console.print(c)
+    for r in rows:
+        notes = []
+        if not r["client_kept_schedule"]:
+            notes.append(f"the client fell behind its schedule (send lag p99 "
+                         f"{r['send_lag_p99_ms']} ms): the load offered was less than asked")
+        if r["pipelined"]:
+            notes.append(f"{r['pipelined']:,} sends found no idle connection and were pipelined "
+                         "behind unanswered requests")
+        if r["cpu"]["changed_roles"]:
+            notes.append(f"processes came or went in the window: {r['cpu']['changed_roles']}")
+        if r["ws_closes"]:
+            notes.append(f"websockets closed by the server: {r['ws_closes']}")
+        if not r["drained"]:
+            notes.append("the backlog did not drain in time: the next rate ran on a fresh up")
+        for note in notes:
+            console.print(f"  {r['offered_per_s']:,.0f}/s: {note}")
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def write_html(path: Path, result: dict[str, Any]) -> None:
+    """A self-contained page: the plots (embedded PNGs) and every row's main figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    x = [r["offered_per_s"] for r in rows]
+    figs = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, style in (("p50", "o-"), ("p99", "s-"), ("max", "^--")):
+        ax.plot(x, [r["accept_to_score_ms"][key] for r in rows], style, label=f"accept→score {key}")
+    ax.plot(x, [r["send_to_202_ms"]["p99"] for r in rows], "x:", label="send→202 p99")
+    ax.set(xscale="log", yscale="log", xlabel="offered guesses/s", ylabel="ms",
+           title="latency vs offered rate")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    figs.append(_png(fig))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    roles = sorted({role for r in rows for role in r["cpu"]["roles"]})
+    for role in roles:
+        ax.plot(x, [r["cpu"]["roles"].get(role, {}).get("ms_per_guess") for r in rows], "o-",
+                label=role + (" (all)" if role == "worker" else ""))
+    ax.set(xscale="log", xlabel="offered guesses/s", ylabel="CPU ms per accepted guess",
+           title="CPU per guess per process vs offered rate")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    figs.append(_png(fig))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, x, "k:", label="offered")
+    ax.plot(x, [r["accepted_per_s"] for r in rows], "o-", label="accepted/s")
+    ax.plot(x, [r["scored_per_s"] for r in rows], "s-", label="scored/s")
+    ax.set(xscale="log", yscale="log", xlabel="offered guesses/s", ylabel="guesses/s",
+           title="throughput vs offered rate")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    figs.append(_png(fig))
+    plt.close(fig)
+    head = ("offered/s", "accepted/s", "scored/s", "429s", "errors", "p50 ms", "p99 ms",
+            "max ms", "send→202 p99", "send lag p99", "web ms", "workers ms", "valkey ms",
+            "client ms")
+    cells = []
+    for r in rows:
+        roles_ = r["cpu"]["roles"]
+        vals = (r["offered_per_s"], r["accepted_per_s"], r["scored_per_s"], _codes(r["refused"]),
+                _codes(r["errors"]), r["accept_to_score_ms"]["p50"], r["accept_to_score_ms"]["p99"],
+                r["accept_to_score_ms"]["max"], r["send_to_202_ms"]["p99"], r["send_lag_p99_ms"],
+                *(roles_.get(k, {}).get("ms_per_guess") for k in ("web", "worker", "valkey",
+                                                                 "client")))
+        cells.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
+    m = result["machine"]
+    page = f"""<!doctype html><meta charset="utf-8"><title>codemojex game path</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:right}}
+img{{max-width:100%}}</style>
+<h1>The game path: open-loop guesses</h1>
+<p>{html.escape(result['title'])}; {result['options']['players']} players with a socket each,
+{result['options']['duration']} s per rate, {html.escape(result['options']['schedule'])} schedule.
+Machine: {html.escape(str(m['cpu']))}, {m['cores']} cores, load average {m['loadavg_1m']:.2f}
+at start (the client shares these cores).</p>
+<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{''.join(cells)}</table>
+{''.join(f'<p><img src="{src}"></p>' for src in figs)}
+<p>CPU is per accepted guess, from the first send until the drain ended.</p>
+"""
+    path.write_text(page)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_game", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="100,300,1000,2000",
+                   help="offered guesses/s, comma-separated (100,300,1000,2000)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of load per rate (10)")
+    p.add_argument("--drain", type=float, default=30.0,
+                   help="seconds to wait for the last scores after each rate (30)")
+    p.add_argument("--warmup", type=float, default=2.0,
+                   help="seconds at a low rate before the first rate, not recorded (2)")
+    p.add_argument("--players", type=int, default=200, help="players, one socket each (200)")
+    p.add_argument("--connections", type=int, default=64,
+                   help="keep-alive connections at most (64; fewer at low rates)")
+    p.add_argument("--schedule", choices=["poisson", "uniform"], default="poisson")
+    p.add_argument("--pick", choices=["round-robin", "random"], default="round-robin",
+                   help="which player sends each guess (round-robin)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2, help="ScoreWorker processes (2)")
+    p.add_argument("--round-seconds", type=int, default=600,
+                   help="round length, long enough that a sweep seldom crosses a close (600)")
+    p.add_argument("--database-url", help="run against this database (postgresql://…)")
+    p.add_argument("--postgres", action="store_true",
+                   help="start a throwaway PostgreSQL cluster and run against it")
+    p.add_argument("--up-arg", action="append", default=[], metavar="ARG",
+                   help="extra `codemojex up` flags, e.g. --up-arg=--concurrency=8 (repeatable)")
+    p.add_argument("--fresh-each-rate", action="store_true",
+                   help="a fresh up for every rate (by default only after one that did not drain)")
+    p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
+    p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
+    return p.parse_args(argv)
+
+
+@contextlib.contextmanager
+def database(a: argparse.Namespace) -> Iterator[tuple[Callable[[], str | None], Callable[[], dict[str, int]]]]:
+    """(a URL for the next ``up``: None for SQLite, the roots of its processes to watch)."""
+    if not a.postgres:
+        yield (lambda: a.database_url), dict
+        return
+    from tests.pg import PgCluster
+
+    cluster = PgCluster.start()
+    try:
+        def roots() -> dict[str, int]:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                return {"postgres": int((cluster.datadir / "postmaster.pid")
+                                        .read_text().split()[0])}
+            return {}
+
+        yield cluster.create_database, roots
+    finally:
+        cluster.stop()
+
+
+async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> list[dict[str, Any]]:
+    with database(a) as (next_url, roots):
+        def start() -> Up:
+            args = up_args(a)
+            url = next_url()
+            if url:
+                args += ["--database-url", url]
+            n = len(list(tmp.glob("data-*")))
+            up = Up(tmp / f"data-{n}", *args)
+            try:
+                return up.start().wait_ready(60)
+            except BaseException:
+                up.kill_everything()
+                raise
+
+        def stop(up: Up) -> None:
+            try:
+                up.stop()
+            except AssertionError as e:
+                console.print(f"[yellow]up did not stop cleanly: {str(e).splitlines()[0]}")
+            finally:
+                up.kill_everything()
+
+        progress = None
+        if opts.progress:
+            progress = Progress(TextColumn("{task.description:>8}"), BarColumn(),
+                                MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                TimeElapsedColumn(), console=console, refresh_per_second=4)
+        with progress or contextlib.nullcontext():
+            return await measure(opts, start, stop, roots, progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    signals_raise_keyboardinterrupt()
+    logging.getLogger("websockets").setLevel(logging.CRITICAL)
+    opts = Options(rates=[float(r) for r in a.rates.split(",") if r.strip()],
+                   duration=a.duration, drain=a.drain, warmup=a.warmup, players=a.players,
+                   connections=a.connections, schedule=a.schedule, pick=a.pick, seed=a.seed,
+                   fresh_each_rate=a.fresh_each_rate, progress=a.progress)
+    db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
+    title = f"codemojex up {' '.join(up_args(a))} — {db}, {a.players} players"
+    m = machine()
+    top = max(opts.rates, default=0) / max(1, opts.players)
+    console.print(f"[bold]{title}[/]; {opts.schedule} arrivals, {opts.duration:g} s per rate; "
+                  f"at most {top:.1f} guesses/s per player; client loop: "
+                  f"{'uvloop' if uvloop else 'asyncio'}")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
+        try:
+            rows = (uvloop.run if uvloop else asyncio.run)(run(a, opts, Path(tmp), title))
+        except KeyboardInterrupt:
+            console.print("[red]interrupted: every `up` was stopped")
+            return 130
+    print_tables(rows, title)
+    console.print(f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, kernel "
+                  f"{m['kernel']}, Python {m['python']}; load average {m['loadavg_1m']:.2f} "
+                  f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
+                  f"cores); total {time.monotonic() - started:.0f} s")
+    result = {"title": title, "machine": m, "loadavg_end": os.getloadavg(),
+              "options": asdict(opts), "up_args": up_args(a), "database": db, "rows": rows}
+    if a.json:
+        Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        console.print(f"figures written to {a.json}")
+    if a.html:
+        write_html(Path(a.html), result)
+        console.print(f"report written to {a.html}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
