@@ -28,8 +28,15 @@ from codemojex.rules import feedback, points_for
 
 
 class ScoreWorker:
-    def __init__(self, engine: AsyncEngine, rounds: Rounds, worker_id: str,
-                 score_delay_ms: int = 0, *, group: store.GroupCommit | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        rounds: Rounds,
+        worker_id: str,
+        score_delay_ms: int = 0,
+        *,
+        group: store.GroupCommit | None = None,
+    ) -> None:
         self.engine = engine
         self.group = group or store.GroupCommit(engine)
         self.rounds = rounds
