@@ -7,13 +7,14 @@ included, is 401. The admin page itself (``/admin``) is public and holds no data
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from codemojex.errors import JobNotFound
 from codemojex.game import Admin
 from echomq import is_branded
 from web.errors import bearer_token
+from web.responses import JSONResponse
 from web.services import Services, services_of
 
 MAX_WORKER_ID_CHARS = 200

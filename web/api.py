@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from codemojex import store
@@ -24,6 +24,7 @@ from web.errors import (
     idempotency_key,
     read_json_object,
 )
+from web.responses import JSONResponse
 from web.services import Services, services_of
 
 HEALTH_TIMEOUT_S = 3.0

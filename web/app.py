@@ -21,10 +21,9 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemojex.config import Config
 from codemojex.errors import CodemojexError
@@ -32,7 +31,7 @@ from codemojex.game import Admin, Game
 from web import admin, api, ws
 from web.errors import (
     BACKEND_ERRORS,
-    Guard,
+    Edge,
     on_backend_error,
     on_game_error,
     on_http_error,
@@ -40,47 +39,13 @@ from web.errors import (
 from web.hub import Hub
 from web.metrics import CONTENT_TYPE, Metrics
 from web.openapi import openapi_document
+from web.responses import JSONResponse
 from web.services import Services, services_of
 
 log = logging.getLogger("codemojex.web")
 
 STATIC_DIR = Path(__file__).with_name("static")
 METRICS_QUEUE_TIMEOUT_S = 2.0
-
-SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
-    (b"content-security-policy",
-     b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"DENY"),
-]
-
-
-class SecurityHeaders:
-    """Adds the security headers to every HTTP answer, errors included; API answers are
-    also marked ``no-store`` (they carry tokens and live state)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        api_path = scope["path"].startswith("/api/")
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                present = {name.lower() for name, _ in headers}
-                headers += [h for h in SECURITY_HEADERS if h[0] not in present]
-                if api_path and b"cache-control" not in present:
-                    headers.append((b"cache-control", b"no-store"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
 
 async def index(_request: Request) -> Response:
     return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
@@ -143,7 +108,7 @@ def create_app(config: Config) -> Starlette:
     }
     return Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders), Middleware(Guard)],
+        middleware=[Middleware(Edge)],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

@@ -21,10 +21,11 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemojex.errors import CodemojexError, InvalidBody, Unavailable
+from web.responses import JSONResponse
 
 log = logging.getLogger("codemojex.web")
 
@@ -99,8 +100,30 @@ async def on_backend_error(_request: Request, exc: Exception) -> Response:
     return unavailable_response()
 
 
-class Guard:
-    """Outermost safety net for HTTP: a deadline on every request and no 500, ever.
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy",
+     b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+_NO_STORE = (b"cache-control", b"no-store")
+
+
+def _with_security_headers(headers: list[tuple[bytes, bytes]], api: bool
+                           ) -> list[tuple[bytes, bytes]]:
+    present = {name.lower() for name, _ in headers}
+    out = headers + [h for h in SECURITY_HEADERS if h[0] not in present]
+    if api and b"cache-control" not in present:
+        out.append(_NO_STORE)
+    return out
+
+
+class Edge:
+    """The one wrapper every HTTP request passes: security headers on every answer, errors
+    included (API answers also ``no-store``: they carry tokens and live state), a deadline
+    on every request, and no 500, ever. One wrapper rather than two, since each costs a
+    closure and an await per message on the hot path.
 
     Runs inside Starlette's ServerErrorMiddleware and outside the exception handlers, so it
     sees only what they did not map: the request deadline expiring (the cancellation
@@ -117,11 +140,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
         started = False
+        api = scope["path"].startswith("/api/")
 
         async def send_tracked(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                message = {**message, "headers": _with_security_headers(
+                    list(message.get("headers", [])), api)}
             await send(message)
 
         try:
@@ -134,7 +160,7 @@ class Guard:
                 log.warning("request timed out after %.1fs: %s", self.timeout_s, scope["path"])
             else:
                 log.exception("unexpected error on %s %s", scope["method"], scope["path"])
-            await unavailable_response()(scope, receive, send)
+            await unavailable_response()(scope, receive, send_tracked)
 
 
 # -- body parsing ---------------------------------------------------------------------------------
