@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 import secrets
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from codemojex.errors import InvalidGuess, InvalidName
+from codemojex.errors import InvalidGuess
+from codemojex.names import NAME_MAX_CHARS, validate_name  # re-exported: names are rules too
 
 __all__ = [
     "DEFAULT_LENGTH",
@@ -36,18 +36,12 @@ __all__ = [
 
 DEFAULT_PALETTE: tuple[str, ...] = ("🍎", "🍌", "🍇", "🍒", "🥝", "🍋", "🫐", "🍑")
 DEFAULT_LENGTH = 4
-NAME_MAX_CHARS = 32
 
 # Points for a solve: 110 − 10·seq, never below the floor (a late solve still pays a bit).
 _SOLVE_BASE = 110
 _SOLVE_STEP = 10
 _SOLVE_FLOOR = 10
 
-# Unicode categories a name may not contain: controls (Cc), invisible format characters
-# (Cf: zero-width spaces, bidi overrides — they let two names look alike or scramble a
-# page), surrogates (Cs: not encodable in UTF-8), unassigned code points (Cn: their meaning
-# may change later) and the line/paragraph separators (Zl, Zp: they break a one-line name).
-_REFUSED_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,29 +106,6 @@ def validate_guess(
     return tuple(guess)
 
 
-def validate_name(name: object) -> str:
-    """Return ``name`` unchanged if it is an acceptable player name, else raise.
-
-    1–32 characters (code points); not blank; no control, format, surrogate, unassigned
-    or line/paragraph-separator characters. Nothing is stripped or normalised silently:
-    a name that is not acceptable as given is refused with :class:`InvalidName`.
-    """
-    if not isinstance(name, str):
-        raise InvalidName(f"name must be a string, got {_kind(name)}")
-    if not 1 <= len(name) <= NAME_MAX_CHARS:
-        raise InvalidName(f"name must be 1-{NAME_MAX_CHARS} characters, got {len(name)}")
-    for i, ch in enumerate(name):
-        category = unicodedata.category(ch)
-        if category in _REFUSED_NAME_CATEGORIES:
-            raise InvalidName(
-                f"name[{i}] is U+{ord(ch):04X}, a {_CATEGORY_WORDS[category]} character; "
-                "control, format and invisible characters are not allowed"
-            )
-    if name.isspace():
-        raise InvalidName("name must not be blank")
-    return name
-
-
 def new_secret(
     palette: Sequence[str] = DEFAULT_PALETTE,
     length: int = DEFAULT_LENGTH,
@@ -152,16 +123,6 @@ def new_secret(
     if rng is None:
         return tuple(secrets.choice(palette) for _ in range(length))
     return tuple(rng.choice(palette) for _ in range(length))
-
-
-_CATEGORY_WORDS = {
-    "Cc": "control",
-    "Cf": "format",
-    "Cs": "surrogate",
-    "Cn": "unassigned",
-    "Zl": "line separator",
-    "Zp": "paragraph separator",
-}
 
 
 def _kind(value: object) -> str:
