@@ -20,6 +20,12 @@ CPU ms per guess, with ratios to the per-guess baseline measured in the same run
 
 CPU is this process's ``time.process_time()``, which covers all its threads (aiosqlite's
 included); PostgreSQL's server CPU is not in it and is printed apart when the cluster is ours.
+With ``--drain N`` (``--concurrency 4,16,32,64``), the whole worker too: N guesses accepted
+through ``Game.submit`` onto an embedded Valkey (``appendfsync always``), then drained by
+``--procs`` ``codemojex worker`` processes at each handler concurrency; printed: scored/s and
+the workers' CPU ms per guess (from ``/proc``, counted from the first completion to the last,
+so start-up is left out) and the mean batch the coalescer formed.
+
 Also printed: the raw SQLite commit rate — one-row transactions committed with fsync by the
 ``sqlite3`` module, no SQLAlchemy, no thread hop — the physical limit of one writer.
 """
@@ -31,6 +37,7 @@ import asyncio
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +51,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.common import ROOT, machine
+from bench.common import ROOT, embedded_server, machine
 from codemojex import rules
 from codemojex.store import (
     GroupCommit,
@@ -261,6 +268,113 @@ def sqlite_commit_rate(path: Path, slices: int = 3) -> tuple[float, float]:
     return statistics.median(rates), max(rates)
 
 
+# --- the whole worker: drain accepted guesses at several handler concurrencies ----------------
+
+
+@dataclass
+class Drain:
+    backend: str
+    concurrency: int
+    rows: int
+    seconds: float
+    worker_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def proc_cpu_seconds(pids: Sequence[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def drain(
+    backend: str,
+    sql_url: str,
+    valkey_url: str,
+    rows: int,
+    concurrencies: Sequence[int],
+    procs: int,
+    progress: Progress,
+) -> list[Drain]:
+    from codemojex.config import Config
+    from codemojex.game import Game
+
+    await migrate_async(sql_url)
+    config = Config(valkey_url=valkey_url, database_url=sql_url, round_seconds=3600)
+    game = Game.connect(config)
+    out: list[Drain] = []
+    try:
+        players = [(await game.create_player(f"b{i}")).player_id for i in range(PLAYERS)]
+        rnd, _ = await game.current_round()
+        task = progress.add_task(f"{backend} worker drain", total=rows * len(concurrencies))
+        for c in concurrencies:
+            # Accept the guesses first (a few solves among misses), then let the workers go.
+            for i in range(rows):
+                guess = list(rnd.secret) if i % 9 == 0 else [rules.DEFAULT_PALETTE[i % 8]] * 4
+                await game.submit(players[i % PLAYERS], rnd.round_id, guess)
+            out.append(await _drain_once(backend, config, game, rows, c, procs, progress, task))
+    finally:
+        await game.close()
+    return out
+
+
+async def _drain_once(
+    backend: str,
+    config: Any,
+    game: Any,
+    rows: int,
+    concurrency: int,
+    procs: int,
+    progress: Progress,
+    task: Any,
+) -> Drain:
+    async def completed() -> int:
+        return int((await game.queue.stats())["counters"].get("completed", 0))
+
+    base = await completed()
+    env = dict(
+        os.environ, CODEMOJEX_VALKEY_URL=config.valkey_url,
+        CODEMOJEX_DATABASE_URL=config.database_url, CODEMOJEX_CONCURRENCY=str(concurrency),
+    )  # fmt: skip
+    workers = [
+        subprocess.Popen([sys.executable, "-m", "codemojex", "worker"], env=env, cwd=ROOT,  # noqa: ASYNC220
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(procs)
+    ]  # fmt: skip
+    pids = [w.pid for w in workers]
+    try:
+        done = 0
+        while done == 0:  # start-up (imports, connections) is not the work measured
+            await asyncio.sleep(0.005)
+            done = await completed() - base
+        t0, cpu0, first = time.perf_counter(), proc_cpu_seconds(pids), done
+        while done < rows:
+            await asyncio.sleep(0.02)
+            done = await completed() - base
+            progress.update(task, completed=progress.tasks[task].completed)
+        seconds, cpu = time.perf_counter() - t0, proc_cpu_seconds(pids) - cpu0
+        progress.advance(task, rows)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            try:
+                w.wait(15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
+    return Drain(backend, concurrency, rows - first, seconds, cpu)
+
+
 # --- output ----------------------------------------------------------------------------
 
 
@@ -287,14 +401,28 @@ def table(figures: list[Figure], commit_rate: tuple[float, float]) -> Table:
     return t
 
 
+def drain_table(drains: list[Drain], procs: int) -> Table:
+    t = Table(box=box.SIMPLE_HEAVY,
+              title=f"{procs} codemojex worker processes draining accepted guesses")  # fmt: skip
+    for col in ("backend", "concurrency", "scored/s", "worker CPU ms/guess (all workers)"):
+        t.add_column(col, justify="left" if col == "backend" else "right")
+    for d in drains:
+        t.add_row(d.backend, str(d.concurrency), f"{d.rate:,.0f}",
+                  f"{1000 * d.worker_cpu_s / d.rows:.3f}")  # fmt: skip
+    t.caption = "From the first completion to the last: worker start-up is left out."
+    return t
+
+
 async def main_async(args: argparse.Namespace) -> None:
     batches = [int(b) for b in args.batches.split(",") if b]
     m = machine()
     console.print(
         f"[bold]bench_store[/]  {m['cpu']} · {m['cores']} cores · Python {m['python']} · "
         f"SQLite {sqlite3.sqlite_version} · load {m['loadavg_1m']:.2f} · {args.rows} rows/mode"
+        + (f" · drain {args.drain} guesses" if args.drain else "")
     )
     figures: list[Figure] = []
+    drains: list[Drain] = []
     with tempfile.TemporaryDirectory(prefix="cmx-bench-store-") as tmp:
         commit_rate = sqlite_commit_rate(Path(tmp) / "raw.db")
         cluster = None
@@ -302,26 +430,39 @@ async def main_async(args: argparse.Namespace) -> None:
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                           MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                           transient=True) as progress:  # fmt: skip
-                figures += await run_backend(
-                    "sqlite", sqlite_url(tmp), args.rows, batches, args.writers, progress
-                )
                 pg_url, pid = args.database_url, None
                 if pg_url is None and not args.no_postgres:
                     cluster, pg_url, pid = start_cluster()
-                if pg_url is not None:
+                pg_name = "postgresql" if cluster is None else "postgresql (fsync=off)"
+                if not args.drain_only:
                     figures += await run_backend(
-                        "postgresql" if cluster is None else "postgresql (fsync=off)",
-                        pg_url,
-                        args.rows,
-                        batches,
-                        args.writers,
-                        progress,
-                        pid,
+                        "sqlite", sqlite_url(tmp), args.rows, batches, args.writers, progress
                     )
+                    if pg_url is not None:
+                        figures += await run_backend(
+                            pg_name, pg_url, args.rows, batches, args.writers, progress, pid
+                        )
+                if args.drain:
+                    concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+                    (Path(tmp) / "drain").mkdir()
+                    with embedded_server("always") as server:
+                        drains += await drain(
+                            "sqlite", sqlite_url(Path(tmp) / "drain"), server.url, args.drain,
+                            concurrencies, args.procs, progress,
+                        )  # fmt: skip
+                        if pg_url is not None:
+                            drain_url = pg_url if cluster is None else cluster.create_database()
+                            drains += await drain(
+                                pg_name, drain_url, server.url, args.drain, concurrencies,
+                                args.procs, progress,
+                            )  # fmt: skip
         finally:
             if cluster is not None:
                 cluster.stop()
-    console.print(table(figures, commit_rate))
+    if figures:
+        console.print(table(figures, commit_rate))
+    if drains:
+        console.print(drain_table(drains, args.procs))
 
 
 def start_cluster() -> tuple[Any, str | None, int | None]:
@@ -345,6 +486,20 @@ def main() -> None:
     p.add_argument("--writers", type=int, default=64, help="concurrent GroupCommit writers")
     p.add_argument("--database-url", help="a PostgreSQL database to use instead of a cluster")
     p.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    p.add_argument(
+        "--drain",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also drain N accepted guesses with codemojex worker processes",
+    )
+    p.add_argument("--drain-only", action="store_true", help="only the worker drain")
+    p.add_argument(
+        "--concurrency",
+        default="4,16,32,64",
+        help="handler concurrencies for --drain (default 4,16,32,64)",
+    )
+    p.add_argument("--procs", type=int, default=2, help="worker processes for --drain (2)")
     asyncio.run(main_async(p.parse_args()))
 
 
