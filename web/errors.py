@@ -20,7 +20,7 @@ import orjson
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,6 +53,16 @@ class MethodNotAllowed(CodemojexError):
     code = "method_not_allowed"
     status = 405
     default_detail = "this method is not allowed on this path"
+
+
+class RequestTimeout(CodemojexError):
+    code = "request_timeout"
+    status = 408
+    default_detail = "the request body did not arrive in time"
+
+    def headers(self) -> dict[str, str]:
+        # The rest of the body may still be on its way: this connection is done.
+        return {"Connection": "close"}
 
 
 class NotFound(CodemojexError):
@@ -127,8 +137,11 @@ class Edge:
 
     Runs inside Starlette's ServerErrorMiddleware and outside the exception handlers, so it
     sees only what they did not map: the request deadline expiring (the cancellation
-    surfaces here as TimeoutError) and bugs. Both answer 503 ``unavailable``; bugs are logged
-    with their traceback, which never reaches the client.
+    surfaces here as TimeoutError) and bugs. A deadline that expires while the app waits
+    for the body is the client's slowness: ``408 request_timeout``; any other expiry is the
+    backend's: ``503 unavailable``; bugs answer 503 too and are logged with their
+    traceback, which never reaches the client. A client that leaves mid-body gets nothing
+    (there is nobody to answer) and costs one log line.
     """
 
     def __init__(self, app: ASGIApp, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
@@ -141,6 +154,14 @@ class Edge:
             return
         started = False
         api = scope["path"].startswith("/api/")
+        awaiting_body = False
+
+        async def receive_tracked() -> Message:
+            nonlocal awaiting_body
+            awaiting_body = True  # stays set if the deadline cancels the wait
+            message = await receive()
+            awaiting_body = False
+            return message
 
         async def send_tracked(message: Message) -> None:
             nonlocal started
@@ -152,10 +173,17 @@ class Edge:
 
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.app(scope, receive, send_tracked)
+                await self.app(scope, receive_tracked, send_tracked)
         except Exception as exc:
             if started:
                 raise  # half an answer is out; nothing better to do than drop the connection
+            if isinstance(exc, ClientDisconnect):
+                log.info("client left before its request was read: %s", scope["path"])
+                return
+            if isinstance(exc, TimeoutError) and awaiting_body:
+                log.info("request body too slow: %s", scope["path"])
+                await error_response(RequestTimeout())(scope, receive, send_tracked)
+                return
             if isinstance(exc, TimeoutError):
                 log.warning("request timed out after %.1fs: %s", self.timeout_s, scope["path"])
             else:

@@ -45,6 +45,7 @@ BLOCK_MS = 5_000
 READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
 READ_COUNT = 500
 REPLAY_PAGE = 1_000
+_MAX_ID_PART = 2**64 - 1
 
 
 def parse_event_id(value: str) -> tuple[int, int] | None:
@@ -52,7 +53,9 @@ def parse_event_id(value: str) -> tuple[int, int] | None:
     ms, _, seq = value.partition("-")
     if not ms.isdigit() or len(ms) > 20 or (seq and (not seq.isdigit() or len(seq) > 20)):
         return None
-    return int(ms), int(seq or 0)
+    pos = int(ms), int(seq or 0)
+    # Valkey's ids are two unsigned 64-bit numbers; a bigger one is no id it could answer.
+    return pos if max(pos) <= _MAX_ID_PART else None
 
 
 def score_message(event: echomq.Event) -> dict[str, Any] | None:

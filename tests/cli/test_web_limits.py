@@ -115,3 +115,58 @@ def test_no_token_in_any_log_line(start_up: Callable[..., Up]) -> None:
     assert "WebSocket /ws" in logs, "uvicorn's socket lines should be there, redacted"
     assert token not in logs
     assert token[:12] not in logs
+
+
+def _raw_request(port: int, head: bytes, body_part: bytes, *, close_after: bool
+                 ) -> bytes:
+    """Send ``head`` and part of a body over a raw socket; then either hang up at once or
+    wait for the server's answer (up to 15 s) and return it."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(head + body_part)
+        if close_after:
+            return b""
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_slow_bodies_get_408_and_abandoned_ones_a_single_quiet_line(
+        start_up: Callable[..., Up]) -> None:
+    up = start_up("--workers", "0")
+    token = _player(up, "slowpoke")
+    head = (f"POST /api/guesses HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 200\r\n\r\n").encode()
+    # A body that stops arriving: the client's fault, answered 408 at the deadline.
+    answer = _raw_request(up.port, head, b'{"round_id": "RND_', close_after=False)
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert b'"error":"request_timeout"' in rest
+    # A client that leaves mid-body: nobody to answer, no traceback.
+    for _ in range(3):
+        _raw_request(up.port, head, b'{"round_id": ', close_after=True)
+    # An event id bigger than Valkey's ids is no outage: the socket gets a gap, not 1013.
+
+    async def resume_far_ahead() -> list[str]:
+        url = f"ws://127.0.0.1:{up.port}/ws?token={token}&after=99999999999999999999-0"
+        async with websockets.connect(url, open_timeout=5) as ws:
+            return [str(await ws.recv()) for _ in range(3)]
+
+    frames = asyncio.run(resume_far_ahead())
+    assert '{"type":"gap"}' in frames
+    assert httpx.get(f"{up.base}/healthz", trust_env=False, timeout=5).status_code == 200
+    assert up.stop() == 0, up.logs()
+    logs = up.err_path.read_text(errors="replace")
+    assert "Traceback" not in logs and " E " not in logs, logs[-3000:]
+    assert "valkey unavailable" not in logs.lower()
+    assert sum("client left before its request was read" in line
+               for line in logs.splitlines()) <= 3
