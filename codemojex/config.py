@@ -37,6 +37,12 @@ class Config:
     fifo: bool = False  # serve guesses from one FIFO queue instead of fair lanes
     admin_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    # Admission limits of a web process (0 = off). A page opens one socket; a few tabs
+    # stay under the per-player cap. A resume further back than replay_max_events gets a
+    # gap (the page refetches) instead of a replay that costs the server a long scan.
+    sockets_per_player: int = 5
+    sockets_per_process: int = 10_000
+    replay_max_events: int = 10_000
     appendfsync: str = "always"
     host: str = "127.0.0.1"
     port: int = 8000
