@@ -28,9 +28,22 @@ class Keys:
         return f"{self.prefix}lane:{lane}"
 
     @property
+    def new(self) -> str:
+        """List: activated lanes (empty when a job arrived), served first, one job each.
+        With ``ring`` it holds exactly the non-empty lanes, each in one of the two, once."""
+        return f"{self.prefix}new"
+
+    @property
     def ring(self) -> str:
-        """List: exactly the non-empty lanes, rotated by each lane claim (round-robin)."""
+        """List: lanes still non-empty after a claim, served round-robin, alternating
+        with ``new`` while both hold lanes."""
         return f"{self.prefix}ring"
+
+    @property
+    def owed(self) -> str:
+        """String ``"1"`` while the ring is owed the next lane claim (the last one served
+        ``new``); absent otherwise."""
+        return f"{self.prefix}owed"
 
     @property
     def lane_load(self) -> str:

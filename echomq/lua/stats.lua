@@ -8,13 +8,18 @@
 ]]
 --@include common
 
-local lanes, in_lanes, listed = {}, 0, tonumber(ARGV[1])
-for i, lane in ipairs(redis.call('LRANGE', K_RING, 0, -1)) do
-  local depth = redis.call('ZCARD', lane_key(lane))
-  in_lanes = in_lanes + depth
-  if i <= listed then
-    lanes[#lanes + 1] = lane
-    lanes[#lanes + 1] = depth
+-- The non-empty lanes are exactly those in `new` and the ring, each once: activations
+-- listed first, then the ring.
+local lanes, in_lanes, listed, seen = {}, 0, tonumber(ARGV[1]), 0
+for _, list in ipairs({K_NEW, K_RING}) do
+  for _, lane in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    local depth = redis.call('ZCARD', lane_key(lane))
+    in_lanes = in_lanes + depth
+    seen = seen + 1
+    if seen <= listed then
+      lanes[#lanes + 1] = lane
+      lanes[#lanes + 1] = depth
+    end
   end
 end
 return {

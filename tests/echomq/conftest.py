@@ -26,7 +26,8 @@ async def locations(q: echomq.Queue, job_id: str) -> list[str]:
     ):
         if await q.conn.zscore(key, job_id) is not None:
             found.append(name)
-    for lane in await q.conn.lrange(k.ring, 0, -1):
+    # the non-empty lanes: activated ones in ``new``, the rest in the ring
+    for lane in [*await q.conn.lrange(k.new, 0, -1), *await q.conn.lrange(k.ring, 0, -1)]:
         lane = lane.decode() if isinstance(lane, bytes) else lane
         if await q.conn.zscore(k.lane(lane), job_id) is not None:
             found.append(f"lane:{lane}")

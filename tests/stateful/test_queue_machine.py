@@ -5,7 +5,8 @@ lane claim, complete, fail, extend, release, reap, promote, retry_dead, worker h
 with real and stale fencing tokens, on the session's real ``valkey-server`` (no mocks). A
 small pure-Python model predicts each reply, and after every step the whole queue is read
 back and compared with it: every job in exactly one location and the right one, attempts
-never decreasing, the lane ring holding exactly the non-empty lanes in round-robin order,
+never decreasing, the lanes' fair order (``new`` and the ring holding exactly the non-empty
+lanes, each once, in the order of the model in ``tests/echomq/fair_order.py``),
 lane loads, counters, no job vanishing, and every stale call changing nothing.
 
 The passage of time is simulated honestly: leases are judged by their score in ``active``
@@ -45,6 +46,7 @@ from echomq.codec import text
 from echomq.errors import DeadlinePassed, InvalidState, JobNotFound, LaneFull
 from echomq.settings import Settings
 from tests.echomq.conftest import locations, snapshot
+from tests.echomq.fair_order import FairOrder
 
 EXAMPLES = int(os.environ.get("CODEMOJEX_HYPOTHESIS_EXAMPLES", "60"))
 STEPS = 40
@@ -112,7 +114,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.jobs: dict[str, MJob] = {}
         self.plain: set[str] = set()
         self.lane_q: dict[str, set[str]] = {lane: set() for lane in LANES}
-        self.ring: list[str] = []
+        self.order = FairOrder()  # which lane the next lane claim serves
         self.counters: Counter[str] = Counter()
         self.seqs: Counter[tuple[str, str]] = Counter()
         self.events: list[tuple[str, str]] = []  # (type, job_id), in append order
@@ -159,7 +161,7 @@ class QueueMachine(RuleBasedStateMachine):
             waiting = self.lane_q[j.lane]
             waiting.add(j.id)
             if len(waiting) == 1:
-                self.ring.append(j.lane)
+                self.order.activate(j.lane)
         else:
             self.plain.add(j.id)
 
@@ -178,6 +180,9 @@ class QueueMachine(RuleBasedStateMachine):
         return [jid for _, jid in due]
 
     def lease(self, jid: str, worker: str) -> MJob:
+        # A claim proves its worker alive: a registered worker's heartbeat deadline moves
+        # to now + its lapse (lease_all), so it is no longer lapsed.
+        self.lapsed.discard(worker)
         j = self.jobs[jid]
         j.attempts += 1
         j.state, j.worker, j.expired = "active", worker, False
@@ -353,13 +358,11 @@ class QueueMachine(RuleBasedStateMachine):
         batch = self.run(self.q.lanes.claim_many(worker, LEASE_MS, count))
         self.promote_model()
         expected = []
-        while len(expected) < count and self.ring:
-            lane = self.ring.pop(0)
+        while len(expected) < count and (lane := self.order.take()) is not None:
             waiting = self.lane_q[lane]
             jid = min(waiting)
             waiting.remove(jid)
-            if waiting:
-                self.ring.append(lane)
+            self.order.served(lane, bool(waiting))
             expected.append(jid)
             self.lease(jid, worker)
         self.check_claims(batch, expected)
@@ -423,7 +426,8 @@ class QueueMachine(RuleBasedStateMachine):
     def release_held(self, i: int) -> None:
         j = self.jobs[_pick(self.ids_in("active"), i)]
         assert self.run(self.q.jobs.release(j.id, j.attempts)) is True
-        j.attempts += 1  # release bumps the token so the releasing holder is fenced off
+        # attempts counts deliveries: a release leaves it (the holder is fenced off by
+        # state, the job being pending) and the next claim makes it token + 1
         self.counters["released"] += 1
         self.touched.add(j.id)
         self.place(j)
@@ -449,8 +453,16 @@ class QueueMachine(RuleBasedStateMachine):
             self.stale(op, GHOST, 1 + delta)
             return
         j = self.jobs[_pick(idle, i)]
-        self.stale(op, j.id, j.attempts + delta)
         self.touched.add(j.id)
+        if op == "complete" and j.state == "completed" and delta == 0:
+            # Its own token on the job it completed: a repeat (a batch re-sent after a lost
+            # reply) is True and changes nothing at all, not even the refusal tally.
+            reply, error = self.run(self.unchanged(
+                lambda: self.q.jobs.complete(j.id, j.attempts, {"again": True}),
+                allow_refused=False))
+            assert error is None and reply is True
+            return
+        self.stale(op, j.id, j.attempts + delta)
 
     def stale(self, op: str, jid: str, token: int) -> None:
         calls = {
@@ -503,8 +515,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.stall(self.jobs[jid])
         assert moved[: len(expired)] == expired
         # Then the jobs of lapsed workers; a worker's job set has no order, so the lanes
-        # they refill join the ring's tail in an order the model cannot know.
-        ring_before = list(self.ring)
+        # they activate join the tail of ``new`` in an order the model cannot know.
+        new_before = list(self.order.new)
         by_lapse = {
             j.id for j in self.jobs.values() if j.state == "active" and j.worker in self.lapsed
         }
@@ -516,10 +528,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.counters["lapsed_workers"] += len(self.lapsed)
         self.registered -= self.lapsed
         self.lapsed.clear()
-        ring = [text(x) for x in self.run(self.conn.lrange(self.q.keys.ring, 0, -1))]
-        assert ring[: len(ring_before)] == ring_before
-        assert sorted(ring[len(ring_before) :]) == sorted(self.ring[len(ring_before) :])
-        self.ring = ring
+        new = [text(x) for x in self.run(self.conn.lrange(self.q.keys.new, 0, -1))]
+        assert new[: len(new_before)] == new_before
+        assert sorted(new[len(new_before) :]) == sorted(self.order.new[len(new_before) :])
+        self.order.new = new
 
     def not_due(self) -> list[str]:
         return sorted(j.id for j in self.jobs.values() if j.state == "scheduled" and j.due is None)
@@ -606,6 +618,8 @@ class QueueMachine(RuleBasedStateMachine):
         workers = {text(m): s for m, s in r[10]}
         lanes = {lane: [text(x) for x in r[11 + n]] for n, lane in enumerate(LANES)}
         rows = dict(zip(ids, r[11 + len(LANES) :], strict=True))
+        new = [text(x) for x in await self.conn.lrange(k.new, 0, -1)]
+        owed = await self.conn.get(k.owed) == b"1"
 
         # Every id in every location, and every job located exactly once, where the model
         # says (a score-0 set pops in id order, which the model mirrors with sorted()).
@@ -627,10 +641,11 @@ class QueueMachine(RuleBasedStateMachine):
         for lane in LANES:
             assert lanes[lane] == sorted(self.lane_q[lane])
 
-        # The ring: exactly the non-empty lanes, each once, in the model's round-robin order.
-        assert ring == self.ring
-        assert len(set(ring)) == len(ring)
-        assert set(ring) == {lane for lane in LANES if self.lane_q[lane]}
+        # The fair order: ``new`` and the ring hold exactly the non-empty lanes, each in one
+        # of them, once, in the model's order, and the ring's turn flag agrees.
+        assert (new, ring, owed) == (self.order.new, self.order.ring, self.order.owed)
+        assert len(set(new + ring)) == len(new + ring)
+        assert set(new + ring) == {lane for lane in LANES if self.lane_q[lane]}
 
         # Rows: state, fencing token, delivery tally, poison rule.
         for jid, j in self.jobs.items():
@@ -666,7 +681,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert stats["pending"] == states["pending"]
         for name in ("active", "scheduled", "completed", "dead"):
             assert stats[name] == states[name]
-        assert stats["lanes"] == {lane: len(self.lane_q[lane]) for lane in self.ring}
+        assert stats["lanes"] == {lane: len(self.lane_q[lane]) for lane in new + ring}
         # One event per counted completion, failure, reap and death, each job's in the order
         # they happened (failed then dead, reaped then dead); stale calls append none. Across
         # jobs the order is the model's too, except among a lapsed worker's jobs.

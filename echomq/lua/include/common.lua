@@ -14,7 +14,9 @@ local function job_key(id) return PREFIX .. 'job:' .. id end
 local function lane_key(lane) return PREFIX .. 'lane:' .. lane end
 local function wjobs_key(worker) return PREFIX .. 'wjobs:' .. worker end
 
-local K_RING      = PREFIX .. 'ring'
+local K_NEW       = PREFIX .. 'new'   -- activated lanes, served first (lane_claim)
+local K_RING      = PREFIX .. 'ring'  -- lanes that stayed non-empty, round-robin
+local K_OWED      = PREFIX .. 'owed'  -- '1': the last lane claim served `new`
 local K_PENDING   = PREFIX .. 'pending'
 local K_ACTIVE    = PREFIX .. 'active'
 local K_SCHEDULED = PREFIX .. 'scheduled'
@@ -35,15 +37,20 @@ local function wake()
   end
 end
 
--- Put a job back where claims find it: its lane (joining the ring if the lane was
--- empty, so the ring holds exactly the non-empty lanes) or the plain pending set.
+-- Put a job back where claims find it: its lane or the plain pending set. A lane that
+-- was empty is activated: it joins the tail of `new`, which lane_claim serves before the
+-- ring. Every arrival counts, a reaped, released, promoted or revived job too: its lane
+-- had nothing waiting, so it is a sparse lane by the only measure the queue has, and the
+-- ring's bound does not depend on how many activations arrive. A non-empty lane is
+-- already in `new` or the ring (lane_claim moves it), so each non-empty lane is in
+-- exactly one of the two lists, once, and no empty lane is in either.
 -- `state_written`: the caller already set state=pending in its own HSET of the row.
 local function place(id, lane, state_written)
   if lane ~= nil and lane ~= '' then
     local lk = lane_key(lane)
     redis.call('ZADD', lk, 0, id)
     if redis.call('ZCARD', lk) == 1 then
-      redis.call('RPUSH', K_RING, lane)
+      redis.call('RPUSH', K_NEW, lane)
     end
   else
     redis.call('ZADD', K_PENDING, 0, id)
