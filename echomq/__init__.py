@@ -14,6 +14,10 @@ Semantics, plainly:
 * **One script per transition.** Row, sets, counters and the event move together in one
   Lua script, or not at all; no script writes before its last check that can fail.
 * **Server clock only.** Leases, due times and reaping are judged on Valkey's ``TIME``.
+* **Admission in the enqueue.** ``q.lanes.submit`` checks, in one script and before any
+  write: an existing id, a dedup key (same fingerprint -> the original receipt, another ->
+  ``DedupConflict``), a deadline, a token-bucket rate per subject on the server clock
+  (``RateLimited``) and a cap of unfinished jobs per subject (``LaneFull``).
 * **Fair lanes.** ``q.lanes`` keeps one FIFO per lane and claims round-robin across the
   non-empty ones, so a lane with 100,000 jobs cannot starve a lane with one.
 * **Retries** back off exponentially (0.5 s × 2^(failures−1), ±20 %, capped at 60 s)
@@ -28,16 +32,19 @@ from .connection import connect
 from .consumer import Consumer, Handler
 from .errors import (
     DeadlinePassed,
+    DedupConflict,
     EchoMQError,
     InvalidState,
     JobNotFound,
     LaneFull,
     NotDurable,
+    RateLimited,
     Retry,
     ServerError,
 )
 from .ids import branded, is_branded, job_id, ulid, worker_id
 from .keys import Keys
+from .lanes import Dedup
 from .queue import Queue
 from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, WorkerInfo
@@ -47,6 +54,8 @@ __all__ = [
     "ClaimBatch",
     "Consumer",
     "DeadlinePassed",
+    "Dedup",
+    "DedupConflict",
     "EchoMQError",
     "Enqueued",
     "Event",
@@ -58,6 +67,7 @@ __all__ = [
     "LaneFull",
     "NotDurable",
     "Queue",
+    "RateLimited",
     "Retry",
     "ServerError",
     "Settings",

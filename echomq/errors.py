@@ -16,7 +16,8 @@ class InvalidState(EchoMQError):
 
 
 class LaneFull(EchoMQError):
-    """The lane already holds ``max_pending`` unfinished jobs; nothing was enqueued."""
+    """The load subject (by default the lane) already has ``max_pending`` unfinished jobs;
+    nothing was enqueued. ``lane`` names that subject."""
 
     def __init__(self, lane: str, limit: int) -> None:
         super().__init__(f"lane {lane!r} already has {limit} unfinished jobs")
@@ -31,6 +32,26 @@ class DeadlinePassed(EchoMQError):
         super().__init__(f"deadline {deadline_ms} passed (server clock {server_now_ms})")
         self.deadline_ms = deadline_ms
         self.server_now_ms = server_now_ms
+
+
+class DedupConflict(EchoMQError):
+    """The dedup key is already bound to another job with a different fingerprint;
+    nothing was enqueued."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(f"dedup key {key!r} is bound to {job_id} with another fingerprint")
+        self.key = key
+        self.job_id = job_id
+
+
+class RateLimited(EchoMQError):
+    """The rate subject's token bucket is empty; nothing was enqueued and no token taken.
+    ``retry_after_ms``: when the next token is due (server clock)."""
+
+    def __init__(self, subject: str, retry_after_ms: int) -> None:
+        super().__init__(f"{subject!r} is over its rate; next token in {retry_after_ms} ms")
+        self.subject = subject
+        self.retry_after_ms = retry_after_ms
 
 
 class NotDurable(EchoMQError):

@@ -47,7 +47,8 @@ class Keys:
 
     @property
     def lane_load(self) -> str:
-        """Hash lane -> unfinished jobs (pending + active + scheduled), for ``max_pending``."""
+        """Hash load subject (default: the lane) -> unfinished jobs (pending + active +
+        scheduled), for ``max_pending``."""
         return f"{self.prefix}laneload"
 
     @property
@@ -112,3 +113,11 @@ class Keys:
     def seq(self, lane: str, scope: str) -> str:
         """String counter: next sequence number of ``lane`` within ``scope``."""
         return f"{self.prefix}seq:{lane}:{scope}"
+
+    def dedup(self, key: str) -> str:
+        """Hash {job, fp, seq}: a dedup key bound to the job it admitted (``Lanes.submit``)."""
+        return f"{self.prefix}dedup:{key}"
+
+    def rate(self, subject: str) -> str:
+        """Hash {tokens, ts}: a rate subject's token bucket; expires once refilled."""
+        return f"{self.prefix}rate:{subject}"

@@ -6,10 +6,11 @@ with 100,000 jobs and a lane with one are served alternately.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .codec import dumps, text
-from .errors import DeadlinePassed, LaneFull
+from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
 from .ids import job_id as mint_job_id
 from .jobs import decode_batch
 from .scripts import SCRIPTS
@@ -17,6 +18,30 @@ from .types import Claim, ClaimBatch, Enqueued
 
 if TYPE_CHECKING:
     from .queue import Queue
+
+
+class Dedup(NamedTuple):
+    """A dedup key for :meth:`Lanes.submit`: the same ``key`` with the same
+    ``fingerprint`` (say, a hash of the request body) within ``ttl_ms`` of the accepted
+    enqueue is answered with that job's receipt; with another fingerprint it is refused."""
+
+    key: str
+    fingerprint: str
+    ttl_ms: int
+
+
+def _non_negative_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+def _rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"rate_per_s must be a number, got {value!r}")
+    rate = float(value)
+    if not math.isfinite(rate) or rate < 0:
+        raise ValueError(f"rate_per_s must be finite and >= 0, got {value!r}")
+    return rate
 
 
 class Lanes:
@@ -42,19 +67,60 @@ class Lanes:
         deadline_ms: int = 0,
         seq_scope: str | None = None,
         attempts: int = 0,
+        load_subject: str | None = None,
+        dedup: Dedup | tuple[str, str, int] | None = None,
+        rate_subject: str | None = None,
+        rate_per_s: float = 0,
+        rate_burst: int = 0,
     ) -> Enqueued:
-        """Enqueue with admission checks, all in the one script that enqueues:
+        """Enqueue with admission checks, all in the one script that enqueues (one round
+        trip), in this order and all before its first write, so a refused call changes
+        nothing — no dedup binding, no rate token, no sequence number:
 
-        * ``max_pending``: refuse with :class:`LaneFull` when the lane already holds that
-          many unfinished jobs (pending, active or scheduled);
-        * ``deadline_ms``: refuse with :class:`DeadlinePassed` at or after that server time;
-        * ``seq_scope``: number the job 0, 1, 2 … within (lane, scope), fixed atomically
-          with the enqueue, so refused or replayed submissions take no number.
+        1. ``job_id`` already exists: its original receipt (``created=False``);
+        2. ``dedup=(key, fingerprint, ttl_ms)``: a key already bound with the same
+           fingerprint answers with the original receipt (``created=False``), even after
+           the deadline; with another fingerprint, :class:`DedupConflict`. The key is bound
+           (for ``ttl_ms``) only when the job is accepted;
+        3. ``deadline_ms``: refuse with :class:`DeadlinePassed` at or after that server time;
+        4. ``rate_subject``/``rate_per_s``/``rate_burst``: a token bucket per subject on the
+           server clock (``rate_burst`` tokens, refilled at ``rate_per_s``); empty ->
+           :class:`RateLimited` with the wait for the next token. ``rate_per_s=0``: off;
+        5. ``max_pending``: refuse with :class:`LaneFull` when ``load_subject`` (default:
+           the lane) already has that many unfinished jobs (pending, active or scheduled).
+           A subject other than the lane keeps the cap per caller when lanes are shared.
+
+        ``seq_scope``: number the job 0, 1, 2 … within (lane, scope), fixed atomically with
+        the enqueue, so refused or replayed submissions take no number.
         """
         if not lane:
             raise ValueError("lane must be a non-empty string")
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        _non_negative_int("max_pending", max_pending)
+        _non_negative_int("deadline_ms", deadline_ms)
+        if load_subject is not None and (not isinstance(load_subject, str) or not load_subject):
+            raise ValueError("load_subject must be a non-empty string or None")
+        fingerprint, dedup_key, dedup_ttl_ms = "", "", 0
+        if dedup is not None:
+            try:
+                dedup_key, fingerprint, dedup_ttl_ms = Dedup(*dedup)
+            except TypeError:
+                raise ValueError("dedup must be (key, fingerprint, ttl_ms)") from None
+            if not isinstance(dedup_key, str) or not dedup_key:
+                raise ValueError("dedup key must be a non-empty string")
+            if not isinstance(fingerprint, str) or not fingerprint:
+                raise ValueError("dedup fingerprint must be a non-empty string")
+            _non_negative_int("dedup ttl_ms", dedup_ttl_ms)
+            if dedup_ttl_ms < 1:
+                raise ValueError("dedup ttl_ms must be >= 1")
+        rate = _rate(rate_per_s)
+        _non_negative_int("rate_burst", rate_burst)
+        if rate:
+            if not isinstance(rate_subject, str) or not rate_subject:
+                raise ValueError("a rate limit needs a non-empty rate_subject")
+            if rate_burst < 1:
+                raise ValueError("rate_burst must be >= 1 when rate_per_s > 0")
         jid = job_id or mint_job_id()
         reply = await self._q.runner.run(
             SCRIPTS["lane_enqueue"],
@@ -63,24 +129,35 @@ class Lanes:
                 self._keys.job(jid),
                 self._keys.lane(lane),
                 self._keys.seq(lane, seq_scope or ""),
+                self._keys.dedup(dedup_key),
+                self._keys.rate(rate_subject if rate else ""),
             ],
             [
                 jid,
                 lane,
                 dumps(payload),
                 max_attempts,
-                max(0, max_pending),
-                max(0, deadline_ms),
+                max_pending,
+                deadline_ms,
                 1 if seq_scope is not None else 0,
                 self._q.settings.seq_ttl_ms,
                 attempts,
+                load_subject or "",
+                fingerprint,
+                dedup_ttl_ms,
+                repr(rate) if rate else 0,
+                rate_burst if rate else 0,
             ],
         )
         code = int(reply[0])
         if code == -1:
-            raise LaneFull(lane, int(reply[1]))
+            raise LaneFull(load_subject or lane, int(reply[1]))
         if code == -2:
             raise DeadlinePassed(deadline_ms, int(reply[1]))
+        if code == -3:
+            raise DedupConflict(dedup_key, text(reply[1]))
+        if code == -4:
+            raise RateLimited(str(rate_subject), int(reply[1]))
         seq = int(reply[2])
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)
 
@@ -102,7 +179,8 @@ class Lanes:
         """Jobs waiting on ``lane`` (not counting the active or scheduled ones)."""
         return int(await self._q.conn.zcard(self._keys.lane(lane)))
 
-    async def load(self, lane: str) -> int:
-        """Unfinished jobs of ``lane``: pending + active + scheduled (what max_pending caps)."""
-        raw = await self._q.conn.hget(self._keys.lane_load, lane)
+    async def load(self, subject: str) -> int:
+        """Unfinished jobs of a load subject (by default a lane's name): pending + active +
+        scheduled, what ``max_pending`` caps."""
+        raw = await self._q.conn.hget(self._keys.lane_load, subject)
         return int(raw) if raw else 0

@@ -1,25 +1,47 @@
---[[ lane_enqueue: add a job to a fair lane (claimed round-robin across lanes).
+--[[ lane_enqueue: add a job to a fair lane, with its admission checks (Lanes.submit).
+
+  Checks run in this order, all before the first write, so a refused call changes nothing
+  (no token taken, no sequence number, no dedup binding):
+    1. the job id exists        -> {0, id, seq}: its original receipt
+    2. dedup key bound          -> same fingerprint: {0, bound id, seq}, the original receipt
+                                   (even after the deadline); other fingerprint: {-3, bound id}
+    3. deadline                 -> {-2, now}
+    4. rate limit (token bucket of the rate subject, on the server clock) -> {-4, retry_ms}
+    5. pending cap (unfinished jobs of the load subject)                  -> {-1, limit}
+  A replay (1, 2) is answered as a replay whatever the later checks would say.
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  job      hash     the new job's row
   KEYS[3]  lane     zset     the lane's pending jobs (score 0, mint order)
   KEYS[4]  seq      string   sequence counter of (lane, scope); unused when ARGV[7] = 0
+  KEYS[5]  dedup    hash     {job, fp, seq} of a dedup key; unused when ARGV[11] = ''
+  KEYS[6]  rate     hash     {tokens, ts} token bucket of the rate subject; unused when
+                             ARGV[13] = 0. Absent = a full bucket (it expires once refilled)
 
   ARGV[1]  job id
   ARGV[2]  lane name
   ARGV[3]  payload
   ARGV[4]  max_attempts
-  ARGV[5]  max_pending      refuse when the lane already holds this many unfinished jobs
-                            (pending + active + scheduled); 0 = no limit
+  ARGV[5]  max_pending      refuse when the load subject already has this many unfinished
+                            jobs (pending + active + scheduled); 0 = no limit
   ARGV[6]  deadline_ms      refuse when server now >= this; 0 = no deadline
   ARGV[7]  use_seq          1 = number the job within (lane, scope), atomically
   ARGV[8]  seq_ttl_ms       lifetime of the sequence counter
   ARGV[9]  attempts         initial fencing token
+  ARGV[10] load subject     what max_pending counts per ('' = the lane); kept on the row as
+                            `load` when it is not the lane, and unloaded on completion/death
+  ARGV[11] dedup fingerprint  '' = no dedup key
+  ARGV[12] dedup ttl_ms     lifetime of the dedup binding
+  ARGV[13] rate             tokens per second (decimal); 0 = no rate limit
+  ARGV[14] burst            bucket size (whole tokens, >= 1 when rate > 0)
 
-  Returns  {1, id, seq}   created (seq = -1 without use_seq)
-           {0, id, seq}   the id exists: nothing changed, its original seq
-           {-1, limit}    lane full: nothing changed
-           {-2, now}      deadline passed: nothing changed
+  Returns  {1, id, seq}     created (seq = -1 without use_seq)
+           {0, id, seq}     the id exists, or the dedup key is bound with the same
+                            fingerprint: nothing changed, the original id and seq
+           {-1, limit}      pending cap reached: nothing changed
+           {-2, now}        deadline passed: nothing changed
+           {-3, id}         dedup key bound to job `id` with another fingerprint: nothing changed
+           {-4, retry_ms}   rate limited, a token is due in retry_ms: nothing changed
 ]]
 --@include common
 
@@ -29,17 +51,51 @@ if redis.call('EXISTS', jk) == 1 then
   return {0, id, tonumber(redis.call('HGET', jk, 'seq') or '-1')}
 end
 
+local fp = ARGV[11]
+if fp ~= '' then
+  local bound = redis.call('HMGET', KEYS[5], 'job', 'fp', 'seq')
+  if bound[1] then
+    if bound[2] ~= fp then
+      return {-3, bound[1]}
+    end
+    return {0, bound[1], tonumber(bound[3] or '-1')}
+  end
+end
+
 local now = server_now()
 local deadline = tonumber(ARGV[6])
 if deadline > 0 and now >= deadline then
   return {-2, now}
 end
+
+local rate, burst = tonumber(ARGV[13]), tonumber(ARGV[14])
+local tokens = 0
+if rate > 0 then
+  local bucket = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
+  tokens = burst
+  if bucket[1] then
+    local elapsed = math.max(0, now - tonumber(bucket[2]))  -- a clock step back refills nothing
+    tokens = math.min(burst, tonumber(bucket[1]) + elapsed * rate / 1000)
+  end
+  if tokens < 1 then
+    return {-4, math.max(1, math.ceil((1 - tokens) * 1000 / rate))}
+  end
+end
+
+local subject = ARGV[10]
+if subject == '' then subject = lane end
 local limit = tonumber(ARGV[5])
-if limit > 0 and tonumber(redis.call('HGET', K_LANELOAD, lane) or '0') >= limit then
+if limit > 0 and tonumber(redis.call('HGET', K_LANELOAD, subject) or '0') >= limit then
   return {-1, limit}
 end
 
 -- All checks passed; writes start here.
+if rate > 0 then
+  tokens = tokens - 1
+  redis.call('HSET', KEYS[6], 'tokens', tostring(tokens), 'ts', now)
+  -- gone once full again: an idle subject leaves nothing behind
+  redis.call('PEXPIRE', KEYS[6], math.max(1, math.ceil((burst - tokens) * 1000 / rate)))
+end
 local seq = -1
 if ARGV[7] == '1' then
   seq = redis.call('INCR', KEYS[4]) - 1
@@ -50,7 +106,14 @@ redis.call('HSET', jk, 'id', id, 'lane', lane, 'payload', ARGV[3], 'max', ARGV[4
 if seq >= 0 then
   redis.call('HSET', jk, 'seq', seq)
 end
-redis.call('HINCRBY', K_LANELOAD, lane, 1)
+if subject ~= lane then
+  redis.call('HSET', jk, 'load', subject)
+end
+if fp ~= '' then
+  redis.call('HSET', KEYS[5], 'job', id, 'fp', fp, 'seq', seq)
+  redis.call('PEXPIRE', KEYS[5], ARGV[12])
+end
+redis.call('HINCRBY', K_LANELOAD, subject, 1)
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
 place(id, lane, true)
 return {1, id, seq}

@@ -65,12 +65,19 @@ local function emit(maxlen, ...)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', ...)
 end
 
--- A job that left the unfinished world (completed or dead) no longer counts
--- against its lane's max_pending.
-local function unload(lane)
+-- What a lane job counts against for max_pending: its row's `load` subject (set by
+-- lane_enqueue when it is not the lane), else its lane.
+local function load_of(jk, lane)
+  return redis.call('HGET', jk, 'load') or lane
+end
+
+-- A lane job that left the unfinished world (completed or dead) no longer counts
+-- against its load subject's max_pending.
+local function unload(jk, lane)
   if lane ~= nil and lane ~= '' then
-    if redis.call('HINCRBY', K_LANELOAD, lane, -1) <= 0 then
-      redis.call('HDEL', K_LANELOAD, lane)
+    local subject = load_of(jk, lane)
+    if redis.call('HINCRBY', K_LANELOAD, subject, -1) <= 0 then
+      redis.call('HDEL', K_LANELOAD, subject)
     end
   end
 end
@@ -89,7 +96,7 @@ local function to_dead(id, jk, lane, now, reason)
   redis.call('HSET', jk, 'state', 'dead', 'reason', reason, 'done', now)
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('HINCRBY', K_COUNTERS, 'dead', 1)
-  unload(lane)
+  unload(jk, lane)
 end
 
 -- Move up to `limit` due scheduled jobs back to their lane or the pending set.
