@@ -18,8 +18,10 @@ Semantics, plainly:
   write: an existing id, a dedup key (same fingerprint -> the original receipt, another ->
   ``DedupConflict``), a deadline, a token-bucket rate per subject on the server clock
   (``RateLimited``) and a cap of unfinished jobs per subject (``LaneFull``).
-* **Fair lanes.** ``q.lanes`` keeps one FIFO per lane and claims round-robin across the
-  non-empty ones, so a lane with 100,000 jobs cannot starve a lane with one.
+* **Fair lanes.** ``q.lanes`` keeps one FIFO per lane and claims in fair order: a lane
+  that was empty when its job arrived first (one job per activation), the lanes that stay
+  non-empty round-robin, the two alternating; neither kind starves (bounds in claims in
+  ``q.lanes``' docstring), so a lane with 100,000 jobs cannot starve a lane with one.
 * **Retries** back off exponentially (0.5 s × 2^(failures−1), ±20 %, capped at 60 s)
   through ``scheduled``; a job out of deliveries (failures + lease expiries reach
   ``max_attempts``, default 5) goes to ``dead`` with its reason.

@@ -9,7 +9,7 @@ Life of a job inside a consumer::
 A consumer leases up to ``min(free slots, batch)`` jobs per claim, so what it holds is
 what it runs. ``prefetch=N`` lets it lease N more ahead, so a finishing handler need not
 wait a round trip for its next job; the price is fairness, since a prefetched job sits in
-this process's buffer, outside the lanes' round-robin, and a job that reaches its lane's
+this process's buffer, outside the lanes' fair order, and a job that reaches its lane's
 turn later waits behind it (measured end to end in ``docs/load.md``). When the queue is empty
 it parks on the wake key with BLPOP (the timeout bounded by the next scheduled due time)
 instead of polling. It also hosts its process's heartbeat and reaper.
