@@ -1,7 +1,18 @@
-"""``q.lanes``: fair lanes. Each lane is its own FIFO; claims take lanes round-robin.
+"""``q.lanes``: fair lanes. Each lane is its own FIFO; claims take lanes in fair order.
 
-Name the lane after whoever must not starve the others (a player, a tenant): a lane
-with 100,000 jobs and a lane with one are served alternately.
+Name the lane after whoever must not starve the others (a player, a tenant). Fair order,
+sparse lanes first (``lua/lane_claim.lua``): a lane that was empty when its job arrived
+(a player who waits for each answer) is *activated* and served first, one job per
+activation; lanes that stay non-empty (a flood) are served round-robin, alternating claim
+by claim with the activations while both wait. In claims, with N the non-empty lanes:
+
+* a lane that stays non-empty is claimed at least once every 2N claims, however many
+  activations arrive (at position p of the ring: within 2p);
+* an activation with k activations ahead of it is claimed within 2(k + 1) claims.
+
+A job that comes back to an empty lane (released, reaped, a retry falling due, a dead job
+revived) is an activation too. Proofs in ``docs/load.md`` ("Fair order: sparse lanes
+first"); tests in ``tests/echomq/test_fair_order.py`` and ``tests/load/test_fairness.py``.
 """
 
 from __future__ import annotations
@@ -162,11 +173,13 @@ class Lanes:
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)
 
     async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:
-        """Lease the oldest job of the next non-empty lane, round-robin."""
+        """Lease the oldest job of the next lane in fair order (see the module docstring)."""
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 
     async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
+        """Lease up to ``count`` jobs, in exactly the order ``count`` single claims would
+        take them: a batch (a consumer's prefetch) lets no job jump the fair order."""
         return decode_batch(
             await self._q.runner.run(
                 SCRIPTS["lane_claim"],
