@@ -116,6 +116,14 @@ class Hub:
 
     # -- sockets --------------------------------------------------------------------------------
 
+    def admits(self, player_id: str) -> bool:
+        """Whether one more socket of ``player_id`` fits under this process's limits."""
+        cfg = self.game.config
+        if cfg.sockets_per_process and len(self._conns) >= cfg.sockets_per_process:
+            return False
+        mine = self._by_player.get(player_id, ())
+        return not (cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player)
+
     def join(self, player_id: str) -> Connection:
         conn = Connection(player_id, self.outbox_limit)
         self._conns.add(conn)
@@ -176,17 +184,24 @@ class Hub:
         # is not known, so an `after` older than the oldest retained id is a gap.
         return oldest is not None and after < oldest
 
-    async def replay(self, player_id: str, after: str) -> list[Outgoing]:
-        """This player's retained scores after ``after``, oldest first."""
+    async def replay(self, player_id: str, after: str) -> list[Outgoing] | None:
+        """This player's retained scores after ``after``, oldest first; None when that
+        means reading more than ``replay_max_events`` events (the socket gets a gap)."""
         out: list[Outgoing] = []
         cursor = after
+        budget = self.game.config.replay_max_events or None
         while True:
-            events = await self.game.queue.events.since(cursor, count=REPLAY_PAGE)
+            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
+            events = await self.game.queue.events.since(cursor, count=page)
+            if budget is not None:
+                budget -= len(events)
+                if budget < 0:
+                    return None
             for event in events:
                 msg = score_message(event)
                 if msg is not None and msg["player_id"] == player_id:
                     out.append(Outgoing(dumps(msg), event.job_id))
-            if len(events) < REPLAY_PAGE:
+            if len(events) < page:
                 return out
             cursor = events[-1].event_id
 

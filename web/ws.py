@@ -104,6 +104,11 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         return
 
     await websocket.accept()
+    if not services.hub.admits(player.player_id):
+        # Too many sockets (this player's, or this process's): try again later, as after
+        # a restart; the page backs off before reconnecting.
+        await _close(websocket, CLOSE_TRY_AGAIN_LATER)
+        return
     conn = services.hub.join(player.player_id)
     try:
         code = await _session(websocket, services, player, conn)
@@ -174,12 +179,15 @@ async def _greet(websocket: WebSocket, services: Services, player: store.Player,
     after = websocket.query_params.get("after")
     if after is not None:
         pos = parse_event_id(after)
-        if pos is None or await services.hub.gap_after(pos):
-            await _send(websocket, dumps({"type": "gap"}))
+        replay = None
         if pos is not None:
-            for item in await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}"):
-                if conn.first_time(item.job_id):
-                    await _send(websocket, item.text)
+            replay = await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}")
+        # No usable id, a replay past its bound, or trimmed events: the page refetches.
+        if pos is None or replay is None or await services.hub.gap_after(pos):
+            await _send(websocket, dumps({"type": "gap"}))
+        for item in replay or ():
+            if conn.first_time(item.job_id):
+                await _send(websocket, item.text)
     progress = await services.hub.progress_snapshot(info.round_id)
     if progress is not None:
         await _send(websocket, dumps(progress))
