@@ -6,6 +6,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import checks
 from .codec import dumps, text
 from .errors import InvalidState, JobNotFound
 from .ids import job_id as mint_job_id
@@ -25,6 +26,18 @@ def decode_batch(reply: list[Any]) -> ClaimBatch:
     )
 
 
+def encode_result(result: Any) -> bytes:
+    """A handler's result as stored (``b""`` for None); ``TypeError`` if JSON cannot carry
+    it (a set, an object, a non-str dict key)."""
+    return b"" if result is None else dumps(result)
+
+
+def check_claim(worker_id: str, lease_ms: int, count: int) -> None:
+    checks.name("worker_id", worker_id)
+    checks.integer("lease_ms", lease_ms, at_least=1)
+    checks.integer("count", count, at_least=1)
+
+
 class Jobs:
     def __init__(self, queue: Queue) -> None:
         self._q = queue
@@ -42,14 +55,19 @@ class Jobs:
     ) -> str:
         """Append to the plain queue (or schedule after ``delay_ms`` on the server clock).
         An id that already exists is a no-op returning that id. ``attempts`` seeds the
-        fencing token, for a job revived from the durable floor (it never decreases)."""
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
+        fencing token, for a job revived from the durable floor (it never decreases).
+        Wrong types raise ``TypeError``, values out of range ``ValueError``, before
+        anything is sent."""
+        checks.optional_name("job_id", job_id)
+        checks.integer("max_attempts", max_attempts, at_least=1)
+        checks.integer("delay_ms", delay_ms, at_least=0)
+        checks.integer("attempts", attempts, at_least=0)
+        body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
         reply = await self._run(
             SCRIPTS["enqueue"],
             [self._keys.prefix, self._keys.job(jid)],
-            [jid, dumps(payload), max_attempts, max(0, int(delay_ms)), attempts],
+            [jid, body, max_attempts, delay_ms, attempts],
         )
         return text(reply[1])
 
@@ -60,6 +78,7 @@ class Jobs:
 
     async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
         """Lease up to ``count`` jobs in one call, each with its own token."""
+        check_claim(worker_id, lease_ms, count)
         return decode_batch(
             await self._run(
                 SCRIPTS["claim"],
@@ -68,7 +87,9 @@ class Jobs:
             )
         )
 
-    def _complete_call(self, job_id: str, token: int, result: Any) -> Call:
+    def _complete_call(self, job_id: str, token: int, encoded: bytes) -> Call:
+        checks.name("job_id", job_id)
+        checks.token(token)
         s = self._q.settings
         return (
             SCRIPTS["complete"],
@@ -76,7 +97,7 @@ class Jobs:
             [
                 job_id,
                 token,
-                b"" if result is None else dumps(result),
+                encoded,
                 s.keep_completed,
                 s.keep_completed_ms,
                 s.events_maxlen,
@@ -84,13 +105,21 @@ class Jobs:
         )
 
     async def complete(self, job_id: str, token: int, result: Any = None) -> bool:
-        """True: counted once. False: stale (not active, or the token is not current);
-        nothing changed."""
-        return bool(await self._run(*self._complete_call(job_id, token, result)))
+        """True: counted once (or already completed under this very token: a repeated
+        call counts nothing twice). False: stale (not active, or the token is not
+        current); nothing changed. A result JSON cannot carry raises ``TypeError``
+        before anything is sent."""
+        return bool(await self._run(*self._complete_call(job_id, token, encode_result(result))))
 
     async def complete_many(self, items: Iterable[tuple[str, int, Any]]) -> list[bool]:
         """Complete several jobs in one round trip; one verdict per item, in order."""
-        calls = [self._complete_call(j, t, r) for j, t, r in items]
+        return await self.complete_encoded(
+            [(j, t, encode_result(r)) for j, t, r in items])
+
+    async def complete_encoded(self, items: Iterable[tuple[str, int, bytes]]) -> list[bool]:
+        """``complete_many`` with results already encoded by :func:`encode_result`, so a
+        caller batching completions finds an unencodable result before it joins a batch."""
+        calls = [self._complete_call(j, t, checks.bytes_("result", r)) for j, t, r in items]
         return [bool(r) for r in await self._q.runner.run_many(calls)]
 
     async def fail(
@@ -98,6 +127,10 @@ class Jobs:
     ) -> FailOutcome:
         """Record a failed attempt: ``"scheduled"`` for a retry (backoff with jitter unless
         ``retry_in_ms``), ``"dead"`` when out of deliveries, ``"stale"`` when not held."""
+        checks.name("job_id", job_id)
+        checks.token(token)
+        checks.string("error", error)
+        checks.optional_integer("retry_in_ms", retry_in_ms, at_least=0)
         s = self._q.settings
         reply = await self._run(
             SCRIPTS["fail"],
@@ -106,7 +139,7 @@ class Jobs:
                 job_id,
                 token,
                 error,
-                -1 if retry_in_ms is None else max(0, int(retry_in_ms)),
+                -1 if retry_in_ms is None else retry_in_ms,
                 random.uniform(-1.0, 1.0),
                 s.backoff_ms,
                 s.backoff_cap_ms,
@@ -121,6 +154,9 @@ class Jobs:
         return bool(await self._run(*self._extend_call(job_id, token, lease_ms)))
 
     def _extend_call(self, job_id: str, token: int, lease_ms: int) -> Call:
+        checks.name("job_id", job_id)
+        checks.token(token)
+        checks.integer("lease_ms", lease_ms, at_least=1)
         return (
             SCRIPTS["extend"],
             [self._keys.prefix, self._keys.job(job_id)],
@@ -131,20 +167,30 @@ class Jobs:
         calls = [self._extend_call(j, t, lease_ms) for j, t in items]
         return [bool(r) for r in await self._q.runner.run_many(calls)]
 
-    async def release(self, job_id: str, token: int) -> bool:
-        """Back on its lane, no delivery spent, token bumped; False when stale."""
+    async def release(self, job_id: str, token: int, *, worker_id: str | None = None) -> bool:
+        """Back on its lane (pending), no delivery spent; the next claim's token is
+        ``token + 1``. False when stale. With ``worker_id`` the job must also be leased to
+        that worker: a caller that read the token from the row never releases another
+        worker's lease."""
+        checks.name("job_id", job_id)
+        checks.token(token)
+        checks.optional_name("worker_id", worker_id)
         return bool(
             await self._run(
-                SCRIPTS["release"], [self._keys.prefix, self._keys.job(job_id)], [job_id, token]
+                SCRIPTS["release"],
+                [self._keys.prefix, self._keys.job(job_id)],
+                [job_id, token, worker_id or ""],
             )
         )
 
     async def get(self, job_id: str) -> JobInfo | None:
+        checks.name("job_id", job_id)
         row = await self._q.conn.hgetall(self._keys.job(job_id))
         return JobInfo.from_hash(row) if row else None
 
     async def retry_dead(self, job_id: str) -> None:
         """Send a dead job back to its lane with fresh deliveries (attempts kept)."""
+        checks.name("job_id", job_id)
         code = await self._run(
             SCRIPTS["retry_dead"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
         )
@@ -152,6 +198,7 @@ class Jobs:
 
     async def discard(self, job_id: str) -> None:
         """Delete a dead job for good."""
+        checks.name("job_id", job_id)
         code = await self._run(
             SCRIPTS["discard"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
         )
@@ -166,6 +213,7 @@ class Jobs:
 
     async def dead(self, limit: int = 100) -> list[JobInfo]:
         """The oldest dead jobs still held in Valkey (the durable floor keeps them all)."""
+        checks.integer("limit", limit, at_least=1)
         ids = await self._q.conn.zrange(self._keys.dead, 0, limit - 1)
         pipe = self._q.conn.pipeline(transaction=False)
         for jid in ids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import checks
 from .codec import text
 from .events import Events
 from .jobs import Jobs
@@ -19,7 +20,8 @@ class Queue:
     """A reliable queue. ``conn`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``)."""
 
     def __init__(self, conn: Any, name: str, settings: Settings | None = None) -> None:
-        if not name or "{" in name or "}" in name:
+        checks.name("queue name", name)
+        if "{" in name or "}" in name:
             raise ValueError("queue name must be non-empty and free of braces")
         self.conn = conn
         self.name = name
@@ -38,6 +40,7 @@ class Queue:
     async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
         """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},
         "counters": {name: int}, "refused": {op: int}, "server_now_ms"}``, one snapshot."""
+        checks.integer("max_lanes", max_lanes, at_least=0)
         r = await self.runner.run(SCRIPTS["stats"], [self.keys.prefix], [max_lanes])
         lanes = {text(r[5][i]): int(r[5][i + 1]) for i in range(0, len(r[5]), 2)}
         counters = {text(r[6][i]): int(r[6][i + 1]) for i in range(0, len(r[6]), 2)}
@@ -56,24 +59,41 @@ class Queue:
 
     async def promote(self, limit: int = 100) -> int:
         """Move due scheduled jobs back to their lanes now; returns how many moved."""
+        checks.integer("limit", limit, at_least=1)
         r = await self.runner.run(SCRIPTS["promote"], [self.keys.prefix], [limit])
         return int(r[0])
 
     async def heartbeat(self, worker_id: str, lapse_ms: int, meta: dict[str, Any] | None = None,
-                        ttl_ms: int = 3_600_000) -> int:
-        """Register ``worker_id`` as alive until server now + ``lapse_ms``; returns server now."""
+                        ttl_ms: int = 3_600_000, *, idle_lapse_ms: int | None = None) -> int:
+        """Register ``worker_id`` as alive until server now + ``lapse_ms`` (+
+        ``idle_lapse_ms`` instead while it holds no job); returns server now."""
+        now, _ = await self.beat(worker_id, lapse_ms, meta, ttl_ms, idle_lapse_ms=idle_lapse_ms)
+        return now
+
+    async def beat(self, worker_id: str, lapse_ms: int, meta: dict[str, Any] | None = None,
+                   ttl_ms: int = 3_600_000, *, idle_lapse_ms: int | None = None
+                   ) -> tuple[int, int]:
+        """``heartbeat``, returning ``(server now, the lapse applied)``: the short one
+        while the worker holds jobs, the idle one while it holds none."""
+        checks.name("worker_id", worker_id)
+        checks.integer("lapse_ms", lapse_ms, at_least=1)
+        checks.integer("ttl_ms", ttl_ms, at_least=1)
+        checks.optional_integer("idle_lapse_ms", idle_lapse_ms, at_least=lapse_ms)
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
         flat: list[Any] = []
         for k, v in (meta or {}).items():
-            flat += [k, "" if v is None else str(v)]
-        return int(
-            await self.runner.run(
-                SCRIPTS["heartbeat"],
-                [self.keys.prefix, self.keys.worker(worker_id)],
-                [worker_id, lapse_ms, ttl_ms, *flat],
-            )
+            flat += [checks.name("meta key", k), "" if v is None else str(v)]
+        now, applied = await self.runner.run(
+            SCRIPTS["heartbeat"],
+            [self.keys.prefix, self.keys.worker(worker_id)],
+            [worker_id, lapse_ms, ttl_ms, idle_lapse_ms or lapse_ms, *flat],
         )
+        return int(now), int(applied)
 
     async def unregister(self, worker_id: str) -> bool:
+        """Leave the registry (a clean stop); frees the reaper lock if this worker held it."""
+        checks.name("worker_id", worker_id)
         return bool(
             await self.runner.run(
                 SCRIPTS["unregister"], [self.keys.prefix, self.keys.worker(worker_id)], [worker_id]

@@ -8,13 +8,26 @@ exactly what a client with a right one would.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import checks
 from .codec import text
 from .scripts import SCRIPTS
 
 if TYPE_CHECKING:
     from .queue import Queue
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """One turn of a consumer's reaper: did it hold the queue's reaper lock, which jobs it
+    moved, and how long until the next turn can matter (ms): as leader, until the earliest
+    lease deadline, heartbeat deadline or due time; otherwise until the lock may free up."""
+
+    leader: bool
+    moved: list[str]
+    wait_ms: int
 
 
 class Stalled:
@@ -24,7 +37,25 @@ class Stalled:
     async def reap(self, limit: int = 100) -> list[str]:
         """Move up to ``limit`` expired leases (and the jobs of up to ``limit`` lapsed
         workers) back to their lanes; returns every id moved."""
+        checks.integer("limit", limit, at_least=1)
+        return (await self._sweep(limit, "", 0, 0)).moved
+
+    async def sweep(self, reaper_id: str, lock_ms: int, horizon_ms: int,
+                    limit: int = 100) -> Sweep:
+        """``reap`` as the queue's one reaper: only while holding (or on taking) the
+        reaper lock ``SET NX PX lock_ms``; another holder's turn changes nothing.
+        ``horizon_ms`` caps the wait reported (a job claimed later can come due no sooner
+        than its holder's heartbeat lapse)."""
+        checks.name("reaper_id", reaper_id)
+        checks.integer("lock_ms", lock_ms, at_least=1)
+        checks.integer("horizon_ms", horizon_ms, at_least=0)
+        checks.integer("limit", limit, at_least=1)
+        return await self._sweep(limit, reaper_id, lock_ms, horizon_ms)
+
+    async def _sweep(self, limit: int, reaper_id: str, lock_ms: int, horizon_ms: int) -> Sweep:
         reply = await self._q.runner.run(
-            SCRIPTS["reap"], [self._q.keys.prefix], [limit, self._q.settings.events_maxlen]
+            SCRIPTS["reap"],
+            [self._q.keys.prefix],
+            [limit, self._q.settings.events_maxlen, reaper_id, lock_ms, horizon_ms],
         )
-        return [text(x) for x in reply]
+        return Sweep(bool(int(reply[0])), [text(x) for x in reply[2:]], int(reply[1]))

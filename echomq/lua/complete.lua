@@ -10,8 +10,10 @@
   ARGV[5]  keep_age_ms    completed rows older than this are trimmed (in batches)
   ARGV[6]  events_maxlen  approximate cap of the events stream
 
-  Returns  1 counted once | 0 stale: the job is not active or the token is not current;
-           nothing changed but the refusal tally
+  Returns  1 counted once, or already completed under this very token (a batch re-sent
+           after a lost reply: nothing changes, nothing is counted twice, no second event)
+           | 0 stale: the job is not active or the token is not current; nothing changed
+           but the refusal tally
   Events   completed {job_id, lane, seq, result, attempts}
 ]]
 --@include common
@@ -20,6 +22,11 @@ local id, token = ARGV[1], ARGV[2]
 local jk = KEYS[2]
 -- One read serves the fencing check and everything the transition needs.
 local row = redis.call('HMGET', jk, 'state', 'attempts', 'lane', 'seq', 'worker')
+if row[1] == 'completed' and row[2] == token then
+  -- Only the holder of this token can have completed it (attempts is bumped by the next
+  -- claim, and a completed job is never claimed again): the same call, repeated.
+  return 1
+end
 if row[1] ~= 'active' or row[2] ~= token then
   redis.call('HINCRBY', K_REFUSED, 'complete', 1)
   return 0

@@ -10,7 +10,7 @@
   ARGV[5]  jitter         factor in [-1, 1] scaled by the jitter ratio (random, from the client,
                           so the script stays deterministic)
   ARGV[6]  backoff_ms     base delay of the first retry
-  ARGV[7]  backoff_cap_ms
+  ARGV[7]  backoff_cap_ms the longest backoff, jitter included
   ARGV[8]  jitter_ratio   e.g. 0.2 for ±20 %
   ARGV[9]  events_maxlen
 
@@ -37,7 +37,9 @@ redis.call('HINCRBY', K_COUNTERS, 'failed', 1)
 emit(ARGV[9], 'type', 'failed', 'job_id', id, 'lane', lane, 'error', ARGV[3],
   'attempts', token)
 
-if failures + tonumber(row[2] or '0') >= tonumber(row[3] or '1') then
+-- A malformed count (never written by EchoMQ) reads as out of deliveries: the job goes
+-- dead with its error rather than the script stopping half-way through its writes.
+if failures + (tonumber(row[2] or '0') or math.huge) >= (tonumber(row[3] or '1') or 0) then
   to_dead(id, jk, lane, now, 'failed ' .. failures .. ' times')
   emit(ARGV[9], 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'failed ' .. failures .. ' times')
   return 'dead'
@@ -45,8 +47,12 @@ end
 
 local delay = tonumber(ARGV[4])
 if delay < 0 then
-  delay = math.min(tonumber(ARGV[6]) * 2 ^ (failures - 1), tonumber(ARGV[7]))
-  delay = math.floor(delay * (1 + tonumber(ARGV[8]) * tonumber(ARGV[5])))
+  -- The cap holds, jitter included: the doubling stops at cap / (1 + ratio), so the
+  -- jittered delay still spreads (no herd retrying in step at exactly the cap) and never
+  -- passes the cap.
+  local cap, ratio = tonumber(ARGV[7]), tonumber(ARGV[8])
+  delay = math.min(tonumber(ARGV[6]) * 2 ^ (failures - 1), cap / (1 + ratio))
+  delay = math.floor(math.min(delay * (1 + ratio * tonumber(ARGV[5])), cap))
 end
 redis.call('HSET', jk, 'state', 'scheduled', 'due', now + delay)
 redis.call('ZADD', K_SCHEDULED, now + delay, id)

@@ -1,23 +1,34 @@
---[[ heartbeat: a worker says it is alive until server now + lapse_ms.
+--[[ heartbeat: a worker says it is alive until server now + its lapse.
+
+  A worker that holds jobs gets the short lapse: if it dies, its jobs come back soon
+  after. A worker that holds none (its job set is empty) gets the idle lapse: nothing of
+  anyone waits on its death, so it may beat rarely. A claim moves a registered worker's
+  deadline back to now + lapse (lease_all), so a worker is never busy on the long one.
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  worker   hash   the worker's self-description
 
   ARGV[1]  worker id
-  ARGV[2]  lapse_ms    after this long without a beat the reaper reclaims its jobs
-  ARGV[3]  ttl_ms      how long the description outlives the last beat
-  ARGV[4..] field, value pairs (pid, host, …), stored on the worker hash
+  ARGV[2]  lapse_ms       while it holds jobs: after this long without a beat the reaper
+                          reclaims them
+  ARGV[3]  ttl_ms         how long the description outlives the last beat
+  ARGV[4]  idle_lapse_ms  while it holds none (>= lapse_ms)
+  ARGV[5..] field, value pairs (pid, host, …), stored on the worker hash
 
-  Returns  server now (ms)
+  Returns  {server now (ms), the lapse applied (ms)}
 ]]
 --@include common
 
 local now = server_now()
-redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[2]), ARGV[1])
+local lapse = ARGV[2]
+if redis.call('EXISTS', wjobs_key(ARGV[1])) == 0 then
+  lapse = ARGV[4]
+end
+redis.call('ZADD', K_WORKERS, now + tonumber(lapse), ARGV[1])
 redis.call('HSET', KEYS[2], 'beat', now, 'lapse_ms', ARGV[2])
 redis.call('HDEL', KEYS[2], 'lapsed', 'stopped')
-if #ARGV > 3 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+if #ARGV > 4 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 5))
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return now
+return {now, tonumber(lapse)}

@@ -7,25 +7,49 @@
       a holder that was only slow finds its token stale.
   Also promotes due scheduled jobs, so retries flow even when no consumer claims.
 
+  With a reaper id (ARGV[3]) the call first takes or renews the queue's reaper lock
+  (SET NX PX): one reaper per queue, whatever the number of consumer processes. A caller
+  that does not hold the lock changes nothing and learns when the lock may free up; the
+  holder learns how long nothing can come due, so an idle queue is reaped rarely.
+
   KEYS[1]  prefix   "emq:{q}:"
 
   ARGV[1]  limit          at most this many expired leases, and this many lapsed workers
   ARGV[2]  events_maxlen
+  ARGV[3]  reaper id      '' = reap unconditionally (no lock)
+  ARGV[4]  lock_ms        how long the lock outlives this call
+  ARGV[5]  horizon_ms     the longest wait reported: a job claimed after this call can
+                          come due no sooner than its holder's heartbeat lapse
 
-  Returns  the ids moved (to their lane, or to dead when out of deliveries)
+  Returns  {leader, wait_ms, moved id...}
+             leader   1 reaped (the lock is ours, or no lock asked) | 0 another reaper
+                      holds the lock: nothing changed
+             wait_ms  leader: until the earliest lease deadline, heartbeat deadline or due
+                      time (at most horizon_ms, at least 0); else the lock's remaining time
+           then the ids moved (to their lane, or to dead when out of deliveries)
   Events   reaped {job_id, lane, why}; dead {job_id, lane, reason} when out of deliveries
 ]]
 --@include common
 
 local limit, maxlen = tonumber(ARGV[1]), ARGV[2]
+local reaper = ARGV[3] or ''
+local K_REAPER = PREFIX .. 'reaper'
+if reaper ~= '' then
+  local holder = redis.call('GET', K_REAPER)
+  if holder and holder ~= reaper then
+    return {0, math.max(0, redis.call('PTTL', K_REAPER))}
+  end
+  redis.call('SET', K_REAPER, reaper, 'PX', ARGV[4])
+end
+
 local now = server_now()
 promote(now, limit)
 
-local moved = {}
+local out = {1, 0}
 local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   stall(id, now, maxlen, 'lease expired')
-  moved[#moved + 1] = id
+  out[#out + 1] = id
 end
 
 local lapsed = redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)
@@ -35,14 +59,28 @@ for _, worker in ipairs(lapsed) do
     local row = redis.call('HMGET', job_key(id), 'state', 'worker')
     if row[1] == 'active' and row[2] == worker then
       stall(id, now, maxlen, 'worker lapsed')
-      moved[#moved + 1] = id
+      out[#out + 1] = id
     end
   end
   redis.call('DEL', wk)
   redis.call('ZREM', K_WORKERS, worker)
-  redis.call('HSET', PREFIX .. 'worker:' .. worker, 'lapsed', now)
+  -- Only a description that still exists: one that expired must not come back as a key
+  -- with no TTL.
+  local desc = PREFIX .. 'worker:' .. worker
+  if redis.call('EXISTS', desc) == 1 then
+    redis.call('HSET', desc, 'lapsed', now)
+  end
 end
 if #lapsed > 0 then
   redis.call('HINCRBY', K_COUNTERS, 'lapsed_workers', #lapsed)
 end
-return moved
+
+-- When the next reap could move anything: the earliest lease deadline, heartbeat deadline
+-- or due time (a batch cut short by `limit` is due at once).
+local next_ms = now + tonumber(ARGV[5] or '0')
+for _, key in ipairs({K_ACTIVE, K_WORKERS, K_SCHEDULED}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first > 0 then next_ms = math.min(next_ms, tonumber(first[2])) end
+end
+out[2] = math.max(0, next_ms - now)
+return out

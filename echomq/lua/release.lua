@@ -1,13 +1,18 @@
 --[[ release: hand an active job back to its lane without spending a delivery.
 
-  The token is bumped, so the releasing holder (or anyone still holding the old token)
-  can no longer complete, fail or extend it.
+  The token is left as it is: `attempts` counts deliveries, and the next claim makes it
+  token + 1. The releasing holder (or anyone still holding the old token) is fenced off
+  all the same, because every fenced call needs the job active and a released job is
+  pending.
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  job      hash
 
   ARGV[1]  job id
   ARGV[2]  token
+  ARGV[3]  worker id (optional) the job must also be leased to this worker, or the call is
+           stale: a caller that only read the token from the row (e.g. a consumer handing
+           back the jobs a lost claim answer leased it) never releases another's lease
 
   Returns  1 back on its lane | 0 stale
   Events   none
@@ -16,12 +21,13 @@
 
 local id, token = ARGV[1], ARGV[2]
 local jk = KEYS[2]
-if not holds(jk, token) then
+local worker = ARGV[3]
+if not holds(jk, token)
+    or (worker and worker ~= '' and redis.call('HGET', jk, 'worker') ~= worker) then
   redis.call('HINCRBY', K_REFUSED, 'release', 1)
   return 0
 end
 unlease(id, jk)
-redis.call('HINCRBY', jk, 'attempts', 1)
 redis.call('HINCRBY', K_COUNTERS, 'released', 1)
 place(id, redis.call('HGET', jk, 'lane'))
 return 1

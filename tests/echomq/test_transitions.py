@@ -61,13 +61,22 @@ async def test_claim_many_leases_each_job_with_its_own_token(q: echomq.Queue) ->
     assert (await q.stats())["active"] == 3
 
 
-async def test_complete_counts_once_then_is_stale(q: echomq.Queue) -> None:
+async def test_complete_counts_once_and_a_repeat_of_its_own_token_is_true(
+    q: echomq.Queue,
+) -> None:
     await q.jobs.enqueue("x")
     c = await q.jobs.claim("w", LEASE)
     assert c is not None
     assert await q.jobs.complete(c.job_id, c.token, {"r": 1}) is True
     before = await snapshot(q)
-    assert await q.jobs.complete(c.job_id, c.token, {"r": 2}) is False
+    # A batch re-sent after a lost reply: True again, and nothing at all changes (no
+    # second count, no second event, not even a refusal).
+    assert await q.jobs.complete(c.job_id, c.token, {"r": 1}) is True
+    assert await q.jobs.complete_many([(c.job_id, c.token, {"r": 1})]) == [True]
+    assert await snapshot(q) == before
+    # Any other token on the completed job is stale.
+    assert await q.jobs.complete(c.job_id, c.token + 1, {"r": 2}) is False
+    assert await q.jobs.complete(c.job_id, c.token - 1, {"r": 2}) is False
     after = await snapshot(q)
     # Only the refusal tally moves; job, locations, counters and events do not.
     refused = q.keys.refused
@@ -183,11 +192,14 @@ async def test_release_returns_to_lane_without_spending_a_delivery(q: echomq.Que
     assert c is not None
     assert await q.jobs.release(jid, c.token)
     info = await q.jobs.get(jid)
-    assert info is not None and info.state == "pending" and info.attempts == 2
+    # attempts counts deliveries: a release leaves it, the next claim makes it token + 1
+    assert info is not None and info.state == "pending" and info.attempts == 1
     assert info.failures == 0 and info.stalls == 0
     assert not await q.jobs.complete(jid, c.token)  # the releasing holder is fenced off
+    assert not await q.jobs.extend(jid, c.token, LEASE)  # by state: the job is pending
     c2 = await q.lanes.claim("w", LEASE)
-    assert c2 is not None and c2.token == 3 and c2.stalls == 0  # released: no suspect
+    assert c2 is not None and c2.token == c.token + 1 and c2.stalls == 0  # no suspect
+    assert not await q.jobs.complete(jid, c.token)  # the old token, now by value
     assert await q.jobs.complete(jid, c2.token)
 
 

@@ -180,6 +180,9 @@ class QueueMachine(RuleBasedStateMachine):
         return [jid for _, jid in due]
 
     def lease(self, jid: str, worker: str) -> MJob:
+        # A claim proves its worker alive: a registered worker's heartbeat deadline moves
+        # to now + its lapse (lease_all), so it is no longer lapsed.
+        self.lapsed.discard(worker)
         j = self.jobs[jid]
         j.attempts += 1
         j.state, j.worker, j.expired = "active", worker, False
@@ -423,7 +426,8 @@ class QueueMachine(RuleBasedStateMachine):
     def release_held(self, i: int) -> None:
         j = self.jobs[_pick(self.ids_in("active"), i)]
         assert self.run(self.q.jobs.release(j.id, j.attempts)) is True
-        j.attempts += 1  # release bumps the token so the releasing holder is fenced off
+        # attempts counts deliveries: a release leaves it (the holder is fenced off by
+        # state, the job being pending) and the next claim makes it token + 1
         self.counters["released"] += 1
         self.touched.add(j.id)
         self.place(j)
@@ -449,8 +453,16 @@ class QueueMachine(RuleBasedStateMachine):
             self.stale(op, GHOST, 1 + delta)
             return
         j = self.jobs[_pick(idle, i)]
-        self.stale(op, j.id, j.attempts + delta)
         self.touched.add(j.id)
+        if op == "complete" and j.state == "completed" and delta == 0:
+            # Its own token on the job it completed: a repeat (a batch re-sent after a lost
+            # reply) is True and changes nothing at all, not even the refusal tally.
+            reply, error = self.run(self.unchanged(
+                lambda: self.q.jobs.complete(j.id, j.attempts, {"again": True}),
+                allow_refused=False))
+            assert error is None and reply is True
+            return
+        self.stale(op, j.id, j.attempts + delta)
 
     def stale(self, op: str, jid: str, token: int) -> None:
         calls = {

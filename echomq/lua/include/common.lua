@@ -121,14 +121,47 @@ local function next_due()
   return tonumber(first[2])
 end
 
+-- A count on a job row as a number, or nil when the field holds anything HINCRBY would
+-- refuse (EchoMQ never writes such a value; a hand-edited or foreign row might).
+local function count(v, default)
+  if not v then return default end
+  if string.match(v, '^%d+$') then return tonumber(v) end
+  return nil
+end
+
+local DEAD_MALFORMED = 'malformed row'
+local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not given the cap
+
 -- Lease popped jobs to `worker`: bump each one's fencing token and record the deadline;
 -- the active set and the worker's job set take the whole batch in one command each.
 -- Returns the claim tuples the client decodes.
+--
+-- Every popped job is checked before the first write to any of them: Lua does not roll
+-- back, so one row whose `attempts` HINCRBY refuses would stop the script half-way, with
+-- the whole batch popped from its lanes and leased to no one. A malformed row goes dead
+-- (reason "malformed row", where an operator sees it); an id with no row, or whose key
+-- is not a hash, is dropped and counted (`dropped`).
+--
+-- A claim also proves the worker alive: a registered worker's heartbeat deadline moves to
+-- now + its lapse, so an idle worker (which beats rarely, with a long deadline) that
+-- starts holding jobs is reclaimed after the short lapse if it dies.
 local function lease_all(ids, worker, now, lease_ms)
-  local out, scored = {}, {}
+  local out, scored, good = {}, {}, {}
   if #ids == 0 then return out end
+  local malformed, dropped = {}, 0
+  for _, id in ipairs(ids) do
+    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state')
+    if type(row) ~= 'table' or row.err or not row[2] then
+      dropped = dropped + 1
+    elseif count(row[1], 0) == nil then
+      malformed[#malformed + 1] = id
+    else
+      good[#good + 1] = id
+    end
+  end
+  -- All checks passed; writes start here.
   local until_ms = now + lease_ms
-  for i, id in ipairs(ids) do
+  for i, id in ipairs(good) do
     local jk = job_key(id)
     local token = redis.call('HINCRBY', jk, 'attempts', 1)
     redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
@@ -138,28 +171,49 @@ local function lease_all(ids, worker, now, lease_ms)
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
-  -- unpack() is bounded by Lua's C stack: send big batches in slices
-  for first = 1, #ids, 1000 do
-    local last = math.min(first + 999, #ids)
-    redis.call('ZADD', K_ACTIVE, unpack(scored, 2 * first - 1, 2 * last))
-    redis.call('SADD', wjobs_key(worker), unpack(ids, first, last))
+  for _, id in ipairs(malformed) do
+    local jk = job_key(id)
+    local lane = redis.call('HGET', jk, 'lane') or ''
+    to_dead(id, jk, lane, now, DEAD_MALFORMED)
+    emit(EVENTS_MAXLEN, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', DEAD_MALFORMED)
   end
-  redis.call('HINCRBY', K_COUNTERS, 'claimed', #ids)
+  if dropped > 0 then
+    redis.call('HINCRBY', K_COUNTERS, 'dropped', dropped)
+  end
+  if #good == 0 then return out end
+  -- unpack() is bounded by Lua's C stack: send big batches in slices
+  for first = 1, #good, 1000 do
+    local last = math.min(first + 999, #good)
+    redis.call('ZADD', K_ACTIVE, unpack(scored, 2 * first - 1, 2 * last))
+    redis.call('SADD', wjobs_key(worker), unpack(good, first, last))
+  end
+  redis.call('HINCRBY', K_COUNTERS, 'claimed', #good)
+  local lapse = tonumber(redis.call('HGET', PREFIX .. 'worker:' .. worker, 'lapse_ms') or '')
+  if lapse then
+    redis.call('ZADD', K_WORKERS, 'XX', now + lapse, worker)
+  end
   return out
 end
 
 -- A holder presumed dead: its lease expired or its heartbeat lapsed. Count the stall
--- apart from failures; out of deliveries -> dead, else back to its lane.
+-- apart from failures; out of deliveries -> dead, else back to its lane. A row whose
+-- counts HINCRBY would refuse goes dead as malformed instead of stopping the reaper.
 local function stall(id, now, maxlen, why)
   local jk = job_key(id)
   local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max')
   local lane = row[1] or ''
-  local stalls = redis.call('HINCRBY', jk, 'stalls', 1)
-  local failures = tonumber(row[2] or '0')
+  local failures, stalls, max = count(row[2], 0), count(row[3], 0), count(row[4], 1)
+  if failures == nil or stalls == nil or max == nil then
+    unlease(id, jk)
+    to_dead(id, jk, lane, now, DEAD_MALFORMED)
+    emit(maxlen, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', DEAD_MALFORMED)
+    return
+  end
+  stalls = redis.call('HINCRBY', jk, 'stalls', 1)
   unlease(id, jk)
   redis.call('HINCRBY', K_COUNTERS, 'reaped', 1)
   emit(maxlen, 'type', 'reaped', 'job_id', id, 'lane', lane, 'why', why)
-  if failures + stalls >= tonumber(row[4] or '1') then
+  if failures + stalls >= max then
     to_dead(id, jk, lane, now, 'lease expired too often')
     emit(maxlen, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'lease expired too often')
   else
