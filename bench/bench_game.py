@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import gc
 import html
 import io
 import itertools
@@ -72,6 +73,7 @@ from bench.common import (
     proc_argv,
     proc_cpu_seconds,
     proc_parent,
+    proc_runqueue_wait_seconds,
     signals_raise_keyboardinterrupt,
 )
 from tests.cli.running import Up, descendants
@@ -463,9 +465,10 @@ class GameClient:
 
     async def offer(self, rate: float, duration: float, opts: Options, drain: float,
                     on_tick: Callable[[Window, int], None] | None = None,
-                    at_start: Callable[[], None] | None = None) -> Window:
+                    probe: Callable[[], None] | None = None) -> Window:
         """Offer ``rate`` guesses/s for ``duration`` s, then wait up to ``drain`` s for every
-        accepted guess's score. ``at_start`` runs just before the first send (the CPU probe)."""
+        accepted guess's score. ``probe`` runs just before the first send, just after the last
+        and when the drain ends (the CPU snapshots)."""
         rng = random.Random(f"{opts.seed}:{rate}")
         offsets = send_offsets(rate, duration, opts.schedule, rng)
         n_players = len(self.players)
@@ -479,9 +482,14 @@ class GameClient:
         conns = min(opts.connections, max(8, math.ceil(rate / 8)))
         self.pool = pool = await Pool(self.host, self.port, self.answer).open(conns)
         ticker = asyncio.create_task(self._tick(w, on_tick)) if on_tick else None
+        # No collector pauses mid-window: the records are acyclic, and one window's garbage
+        # is small; it is collected after the drain.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
         try:
-            if at_start:
-                at_start()
+            if probe:
+                probe()
             w.t0 = t0 = now() + 0.05
             players, guesses, send = self.players, w.guesses, pool.send
             i, n = 0, len(offsets)
@@ -500,6 +508,8 @@ class GameClient:
                     send(data, g)
                     i += 1
             w.load_end = now()
+            if probe:
+                probe()
             w.backlog = await self._backlog()
             deadline = now() + drain
             while now() < deadline:
@@ -508,7 +518,11 @@ class GameClient:
                     break
                 await asyncio.sleep(0.01)
             w.drain_end = now()
+            if probe:
+                probe()
         finally:
+            gc.enable()
+            gc.unfreeze()
             if ticker:
                 ticker.cancel()
             self.pool = None
@@ -518,7 +532,7 @@ class GameClient:
     async def _tick(self, w: Window, on_tick: Callable[[Window, int], None]) -> None:
         while True:
             on_tick(w, len(w.guesses))
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.5)
 
     async def _backlog(self) -> dict[str, int] | None:
         if not self.admin_token:
@@ -682,8 +696,10 @@ class Processes:
     def snapshot(self) -> CpuSnapshot:
         roles = self.roles()
         cpu = {pid: proc_cpu_seconds(pid) for pid in roles}
+        wait = {pid: proc_runqueue_wait_seconds(pid) for pid in roles}
         return CpuSnapshot(now(), machine_busy_seconds(), roles,
-                           {pid: c for pid, c in cpu.items() if c is not None})
+                           {pid: c for pid, c in cpu.items() if c is not None},
+                           {pid: w for pid, w in wait.items() if w is not None})
 
 
 @dataclass
@@ -692,36 +708,53 @@ class CpuSnapshot:
     machine_busy: float
     roles: dict[int, str]
     cpu: dict[int, float]
+    wait: dict[int, float]  # the main thread's time runnable but not running
 
 
-def cpu_figures(before: CpuSnapshot, after: CpuSnapshot, accepted: int) -> dict[str, Any]:
-    """CPU seconds per process between two snapshots, ms per accepted guess, share of a core;
-    by role too (every worker summed), and the machine's CPU used by anything else."""
-    span = max(1e-9, after.t - before.t)
+def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
+                accepted: int) -> dict[str, Any]:
+    """CPU per process from the first send (``before``) until the drain ended (``after``):
+    seconds and ms per accepted guess; and its share of one core while the load ran (until
+    ``loaded``), which tells who was saturated. By role too (every worker summed), and the
+    machine's CPU that none of ours used, during the load."""
+    span = max(1e-9, loaded.t - before.t)
     per = max(1, accepted)
     procs = []
     for pid, role in sorted(before.roles.items(), key=lambda kv: (kv[1], kv[0])):
         if pid in before.cpu and pid in after.cpu:
             used = max(0.0, after.cpu[pid] - before.cpu[pid])
+            busy_s = max(0.0, loaded.cpu.get(pid, before.cpu[pid]) - before.cpu[pid])
+            waited = (loaded.wait[pid] - before.wait[pid]
+                      if pid in loaded.wait and pid in before.wait else None)
             procs.append({"role": role, "pid": pid, "cpu_s": round(used, 4),
                           "ms_per_guess": round(used * 1000 / per, 4),
-                          "core_share": round(used / span, 4)})
-    by_role: dict[str, float] = {}
+                          "load_cpu_s": round(busy_s, 4),
+                          "core_share": round(busy_s / span, 4),
+                          # its main thread's share of the load spent waiting for a CPU
+                          "runqueue_wait_share": None if waited is None
+                          else round(waited / span, 4)})
+    by_role: dict[str, list[float]] = {}
     for p in procs:
-        by_role[p["role"]] = by_role.get(p["role"], 0.0) + p["cpu_s"]
-    ours = sum(by_role.values())
-    busy = max(0.0, after.machine_busy - before.machine_busy)
+        acc = by_role.setdefault(p["role"], [0.0, 0.0])
+        acc[0] += p["cpu_s"]
+        acc[1] += p["load_cpu_s"]
+    ours = sum(a[0] for a in by_role.values())
+    ours_loaded = sum(a[1] for a in by_role.values())
+    busy = max(0.0, loaded.machine_busy - before.machine_busy)
     changed = sorted({r for pid, r in after.roles.items() if pid not in before.roles}
                      | {r for pid, r in before.roles.items() if pid not in after.roles})
     return {
-        "window_s": round(span, 3),
+        "load_s": round(span, 3),
+        "window_s": round(after.t - before.t, 3),
         "processes": procs,
         "workers": [p for p in procs if p["role"] == "worker"],
-        "roles": {r: {"cpu_s": round(s, 4), "ms_per_guess": round(s * 1000 / per, 4),
-                      "core_share": round(s / span, 4)} for r, s in sorted(by_role.items())},
+        "roles": {r: {"cpu_s": round(a[0], 4), "ms_per_guess": round(a[0] * 1000 / per, 4),
+                      "core_share": round(a[1] / span, 4)} for r, a in sorted(by_role.items())},
         "ours_ms_per_guess": round(ours * 1000 / per, 4),
+        "client_runqueue_wait_share": next((p["runqueue_wait_share"] for p in procs
+                                            if p["pid"] == os.getpid()), None),
         "machine_busy_cores": round(busy / span, 3),
-        "others_cores": round(max(0.0, busy - ours) / span, 3),
+        "others_cores": round(max(0.0, busy - ours_loaded) / span, 3),
         "changed_roles": changed,  # a process came or went in the window (a restart)
     }
 
@@ -847,17 +880,17 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
                 progress.update(task, completed=sent, total=max(sent, round(w.rate * w.duration)),
                                 info=f"202 {w.accepted:,}  scored {w.scored:,}  "
                                      f"pipelined {w.pipelined:,}")
+                progress.refresh()  # from the loop: a refresh thread would take the GIL mid-send
 
-            def at_start(probe: Processes = probe, snap: list[CpuSnapshot] = snap) -> None:
+            def snapshot(probe: Processes = probe, snap: list[CpuSnapshot] = snap) -> None:
                 snap.append(probe.snapshot())
 
             w = await client.offer(rate, opts.duration, opts, opts.drain,
                                    on_tick=tick if progress is not None else None,
-                                   at_start=at_start)
-            after = probe.snapshot()
+                                   probe=snapshot)
             if progress is not None:
                 tick(w, len(w.guesses))
-            rows.append(window_figures(w, cpu_figures(snap[0], after, w.accepted), client))
+            rows.append(window_figures(w, cpu_figures(*snap, w.accepted), client))
     finally:
         if client is not None:
             await client.close()
@@ -895,14 +928,15 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             "-" if backlog is None else f"{backlog['pending'] + backlog['active']:,}",
             _f(lat["p50"], 1), _f(lat["p99"], 1), _f(lat["max"], 1),
             _f(r["send_to_202_ms"]["p99"], 1), _f(r["drain_s"], 1),
-            "yes" if ok else f"[red]{r['unscored']} unscored, {r['duplicate_scores']} doubled, "
-                             f"{r['wrong_socket']} wrong socket",
+            "yes" if ok else f"[red]{r['unscored']:,} not scored by the drain's end, "
+                             f"{r['duplicate_scores']} doubled, {r['wrong_socket']} on a wrong socket",
         )
     console.print(t)
     roles = sorted({role for r in rows for role in r["cpu"]["roles"]}
                    - {"web", "worker", "valkey", "up", "client"})
     n_workers = max((len(r["cpu"]["workers"]) for r in rows), default=0)
-    c = Table(title=f"{title}: CPU ms per accepted guess (share of one core)")
+    c = Table(title=f"{title}: CPU ms per accepted guess, first send to drained (share of "
+                    "one core during the load)")
     for col in ("offered/s", "web", *(f"worker {i + 1}" for i in range(n_workers)),
                 "Σ workers", "valkey", "up", *roles, "client", "all ours", "other load (cores)"):
         c.add_column(col, justify="right")
@@ -922,14 +956,24 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
                   f"{cpu['others_cores']:.2f}")
     console.print(c)
     for r in rows:
+        waits = [(p["role"], p["runqueue_wait_share"]) for p in r["cpu"]["processes"]
+                 if p["runqueue_wait_share"] is not None]
+        if waits:
+            console.print(f"  {r['offered_per_s']:,.0f}/s: share of the load each main thread "
+                          "waited for a CPU: " + ", ".join(f"{role} {w * 100:.0f} %"
+                                                          for role, w in waits))
+    for r in rows:
         notes = []
         if not r["client_kept_schedule"]:
             client = r["cpu"]["roles"].get("client", {}).get("core_share", 0) * 100
+            waited = r["cpu"]["client_runqueue_wait_share"]
             notes.append(f"the client sent late (send lag p99 {r['send_lag_p99_ms']} ms, over "
                          f"{LAG_OK_MS:g}; {r['sent_per_s']:,}/s sent of {r['offered_per_s']:,}/s "
-                         f"scheduled) while using {client:.0f} % of a core, beside "
-                         f"{r['cpu']['others_cores']:.2f} cores of other load: the load offered "
-                         "was not exactly the one asked for")
+                         f"scheduled) using {client:.0f} % of a core"
+                         + ("" if waited is None else
+                            f" and waiting {waited * 100:.1f} % of the load for one")
+                         + f", beside {r['cpu']['others_cores']:.2f} cores of other load: the "
+                         "arrivals were burstier than the schedule")
         if r["pipelined"]:
             notes.append(f"{r['pipelined']:,} sends found no idle connection and were pipelined "
                          "behind unanswered requests")
@@ -1104,7 +1148,7 @@ async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> li
         if opts.progress:
             progress = Progress(TextColumn("{task.description:>8}"), BarColumn(),
                                 MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                TimeElapsedColumn(), console=console, refresh_per_second=4)
+                                TimeElapsedColumn(), console=console, auto_refresh=False)
         with progress or contextlib.nullcontext():
             return await measure(opts, start, stop, roots, progress)
 

@@ -271,3 +271,13 @@ def proc_argv(pid: int) -> list[str]:
     except OSError:
         return []
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def proc_runqueue_wait_seconds(pid: int) -> float | None:
+    """Seconds the process's main thread has spent runnable but waiting for a CPU (from
+    ``/proc/<pid>/schedstat``): how much the machine's other work delayed it. None when
+    it is gone or the kernel keeps no schedstats."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
