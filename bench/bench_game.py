@@ -949,19 +949,23 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             return f"{d['ms_per_guess']:.3f} ({d['core_share'] * 100:.0f} %)"
 
         workers = [cell(w) for w in cpu["workers"]] + ["-"] * (n_workers - len(cpu["workers"]))
-        c.add_row(_f(r["offered_per_s"]), cell(cpu["roles"].get("web")), *workers,
+        c.add_row(_f(r["offered_per_s"]) + ("" if r["drained"] else " [red](not drained)"),
+                  cell(cpu["roles"].get("web")), *workers,
                   cell(cpu["roles"].get("worker")), cell(cpu["roles"].get("valkey")),
                   cell(cpu["roles"].get("up")), *(cell(cpu["roles"].get(x)) for x in roles),
                   cell(cpu["roles"].get("client")), f"{cpu['ours_ms_per_guess']:.3f}",
                   f"{cpu['others_cores']:.2f}")
     console.print(c)
     for r in rows:
-        waits = [(p["role"], p["runqueue_wait_share"]) for p in r["cpu"]["processes"]
-                 if p["runqueue_wait_share"] is not None]
+        waits: dict[str, list[float]] = {}
+        for p in r["cpu"]["processes"]:
+            if p["runqueue_wait_share"] is not None:
+                waits.setdefault(p["role"], []).append(p["runqueue_wait_share"] * 100)
         if waits:
             console.print(f"  {r['offered_per_s']:,.0f}/s: share of the load each main thread "
-                          "waited for a CPU: " + ", ".join(f"{role} {w * 100:.0f} %"
-                                                          for role, w in waits))
+                          "waited for a CPU: " + ", ".join(
+                              f"{role} {'/'.join(f'{w:.0f}' for w in ws)} %" if len(ws) <= 4
+                              else f"{role} ≤ {max(ws):.0f} %" for role, ws in waits.items()))
     for r in rows:
         notes = []
         if not r["client_kept_schedule"]:
@@ -1036,7 +1040,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     plt.close(fig)
     head = ("offered/s", "accepted/s", "scored/s", "429s", "errors", "p50 ms", "p99 ms",
             "max ms", "send→202 p99", "send lag p99", "web ms", "workers ms", "valkey ms",
-            "client ms")
+            "client ms", "other load (cores)", "drained")
     cells = []
     for r in rows:
         roles_ = r["cpu"]["roles"]
@@ -1044,7 +1048,8 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
                 _codes(r["errors"]), r["accept_to_score_ms"]["p50"], r["accept_to_score_ms"]["p99"],
                 r["accept_to_score_ms"]["max"], r["send_to_202_ms"]["p99"], r["send_lag_p99_ms"],
                 *(roles_.get(k, {}).get("ms_per_guess") for k in ("web", "worker", "valkey",
-                                                                 "client")))
+                                                                 "client")),
+                r["cpu"]["others_cores"], "yes" if r["drained"] else "no")
         cells.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
     m = result["machine"]
     page = f"""<!doctype html><meta charset="utf-8"><title>codemojex game path</title>
@@ -1058,7 +1063,10 @@ Machine: {html.escape(str(m['cpu']))}, {m['cores']} cores, load average {m['load
 at start (the client shares these cores).</p>
 <table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{''.join(cells)}</table>
 {''.join(f'<p><img src="{src}"></p>' for src in figs)}
-<p>CPU is per accepted guess, from the first send until the drain ended.</p>
+<p>Latencies on the client's one clock: accept→score is the 202's arrival to the score's
+arrival on the owner's socket. CPU is per accepted guess, from the first send until the drain
+ended (a row that did not drain undercounts the workers); "other load" is the machine's CPU
+used by processes that are not ours during the load.</p>
 """
     path.write_text(page)
 
