@@ -248,8 +248,9 @@ def plans(draw: st.DrawFn) -> Plan:
                 scores.append(_score(f"JOB_{r}{p}{seq:02d}", pid, seq, draw(guesses), at, rid))
     again = draw(st.lists(st.sampled_from(scores), max_size=10)) if scores else []
     deliveries = draw(st.permutations(scores + [_again(s, 2 + i) for i, s in enumerate(again)]))
-    inner = st.integers(1, len(deliveries) - 1) if len(deliveries) > 1 else st.nothing()
-    cuts = draw(st.sets(inner, max_size=len(deliveries)))
+    cuts: set[int] = set()
+    if len(deliveries) > 1:
+        cuts = draw(st.sets(st.integers(1, len(deliveries) - 1), max_size=len(deliveries)))
     return Plan(players, rounds, tuple(deliveries), tuple(sorted(cuts)))
 
 
