@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import re
 import signal
@@ -69,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="guesses a player may have accepted and not yet scored (100)")
     game.add_argument("--fifo", action="store_true", default=None,
                       help="serve every guess from one FIFO queue instead of fair lanes")
+    game.add_argument("--guess-rate", type=float, default=None,
+                      help="guesses a second per player, a token bucket on the Valkey "
+                           "clock (10; 0 = no limit)")
+    game.add_argument("--guess-burst", type=int, default=None,
+                      help="guesses a player may send at once before --guess-rate applies (20)")
 
     scoring = argparse.ArgumentParser(add_help=False)
     scoring.add_argument("--score-delay-ms", type=int, default=None,
@@ -135,6 +141,8 @@ def _config(args: argparse.Namespace) -> Config:
     config = Config.from_env(**overrides)
     if config.concurrency < 1 or config.prefetch < 0:
         raise Fatal("--concurrency must be 1 or more and --prefetch 0 or more")
+    if not 0 <= config.guess_rate < math.inf or (config.guess_rate and config.guess_burst < 1):
+        raise Fatal("--guess-rate must be 0 (off) or more, and --guess-burst 1 or more")
     return config
 
 

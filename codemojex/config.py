@@ -25,6 +25,10 @@ class Config:
     round_seconds: int = 120
     score_delay_ms: int = 0
     lane_cap: int = 100  # guesses a player may have accepted and not yet scored
+    # Per-player submission rate: a token bucket on the Valkey server clock, checked in the
+    # enqueue script. guess_rate tokens a second (0 = off), at most guess_burst at once.
+    guess_rate: float = 10.0
+    guess_burst: int = 20
     length: int = DEFAULT_LENGTH
     palette: tuple[str, ...] = DEFAULT_PALETTE
     lease_ms: int = 10_000
@@ -73,6 +77,8 @@ class Config:
                 values[f.name] = Path(raw)
             elif f.type in ("int",):
                 values[f.name] = int(raw)
+            elif f.type == "float":
+                values[f.name] = float(raw)
             else:
                 values[f.name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -24,6 +24,7 @@ __all__ = [
     "JobNotFound",
     "LaneFull",
     "NotYourGuess",
+    "RateLimited",
     "RoundClosed",
     "RoundNotFound",
     "Unauthorized",
@@ -139,6 +140,18 @@ class LaneFull(_RetryAfter):
     code = "lane_full"
     status = 429
     default_detail = "too many guesses pending; wait for some to be scored"
+
+    def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s)
+
+
+class RateLimited(_RetryAfter):
+    """The player submits faster than the per-player rate (a token bucket on the server
+    clock); nothing was accepted and no ``seq`` taken."""
+
+    code = "rate_limited"
+    status = 429
+    default_detail = "too many guesses too fast; slow down"
 
     def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
         super().__init__(detail, retry_after_s=retry_after_s)

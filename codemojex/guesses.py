@@ -1,31 +1,47 @@
-"""Submitting a guess: validate, fix its sequence number, mint its JOB id, enqueue it.
+"""Submitting a guess: validate, mint its JOB id, enqueue it — one Valkey round trip.
 
-The sequence number, the round's deadline and the player's pending cap are all settled
-inside the one enqueue script (``Lanes.enqueue`` with ``seq_scope``/``deadline_ms``/
-``max_pending``), so a refused or replayed submission takes no number and leaves no trace.
+Everything else is settled inside the one enqueue script (``Lanes.submit``), in the
+contract's order and before its first write: the ``Idempotency-Key`` (bound to the job only
+when the guess is accepted; a replay is answered as a replay, a different body is a
+conflict), the round's deadline, the player's rate (a token bucket on the server clock) and
+pending cap, and the guess's sequence number. A refused or replayed submission takes no
+number, no token and leaves no key behind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 import echomq
 from codemojex.config import Config
-from codemojex.errors import IdempotencyConflict, LaneFull, RoundClosed, RoundNotFound
+from codemojex.errors import (
+    IdempotencyConflict,
+    LaneFull,
+    RateLimited,
+    RoundClosed,
+    RoundNotFound,
+)
 from codemojex.rounds import Rounds
 from codemojex.rules import validate_guess
 
-IDEMPOTENCY_TTL_S = 24 * 3600
+IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 FIFO_LANE = "fifo"
 
 
 def idempotency_key(player_id: str, key: str) -> str:
+    """The dedup key of a player's ``Idempotency-Key`` (digested: any printable key, one
+    bounded name)."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"cmx:idem:{player_id}:{digest}"
+    return f"idem:{player_id}:{digest}"
+
+
+def fingerprint(round_id: str, cells: tuple[str, ...] | list[str]) -> str:
+    """What "the same body" means for an ``Idempotency-Key``: the round and the guess."""
+    return hashlib.sha256(orjson.dumps([round_id, list(cells)])).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,57 +61,51 @@ class Guesses:
         self, player_id: str, round_id: str, guess: object, idempotency_key_: str | None = None
     ) -> Accepted:
         """Accept one guess (CONTRACT §1, §4). Checks in the contract's order: the guess's
-        shape (400), the round (404), closed or idempotency conflict (409), lane full (429)."""
+        shape (400), the round (404), an idempotency conflict or a closed round (409), the
+        rate and the pending cap (429). One Valkey round trip once the round is cached."""
         cells = validate_guess(guess, self.config.palette, self.config.length)
         rnd = await self.rounds.get(round_id)
         if rnd is None:
             raise RoundNotFound("no such round")
         payload = {"player_id": player_id, "round_id": round_id, "guess": list(cells)}
-
-        job_id: str | None = None
-        idem: str | None = None
+        dedup = None
         if idempotency_key_ is not None:
-            idem = idempotency_key(player_id, idempotency_key_)
-            fingerprint = hashlib.sha256(orjson.dumps([round_id, list(cells)])).hexdigest()
-            job_id, seq = await self._claim_key(idem, fingerprint)
-            if seq is not None:
-                return Accepted(job_id, seq, False)
-
-        lane = FIFO_LANE if self.config.fifo else player_id
+            dedup = echomq.Dedup(idempotency_key(player_id, idempotency_key_),
+                                 fingerprint(round_id, cells), IDEMPOTENCY_TTL_MS)
+        config = self.config
+        rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
         try:
             receipt = await self.queue.lanes.submit(
-                lane,
+                FIFO_LANE if config.fifo else player_id,
                 payload,
-                job_id=job_id,
-                max_pending=0 if self.config.fifo else self.config.lane_cap,
+                # the cap and the rate are the player's, on a lane of their own or on FIFO's
+                load_subject=player_id,
+                max_pending=max(0, config.lane_cap),
                 deadline_ms=rnd.closes_at_ms,
-                seq_scope=round_id if not self.config.fifo else f"{round_id}:{player_id}",
+                seq_scope=f"{round_id}:{player_id}" if config.fifo else round_id,
+                dedup=dedup,
+                rate_subject=player_id,
+                rate_per_s=rate,
+                rate_burst=config.guess_burst if rate else 0,
             )
-        except echomq.LaneFull:
-            raise LaneFull(retry_after_s=1, detail=(
-                f"you already have {self.config.lane_cap} guesses waiting to be scored"
-            )) from None
+        except echomq.DedupConflict:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was used with a different body") from None
         except echomq.DeadlinePassed:
             raise RoundClosed(f"round {round_id} is closed") from None
+        except echomq.RateLimited as exc:
+            wait_s = max(1, math.ceil(exc.retry_after_ms / 1000))
+            raise RateLimited(retry_after_s=wait_s, detail=(
+                f"at most {_rate_text(rate)} guesses a second (bursts of {config.guess_burst});"
+                f" slow down and try again in {wait_s} s"
+            )) from None
+        except echomq.LaneFull:
+            raise LaneFull(retry_after_s=1, detail=(
+                f"you already have {config.lane_cap} guesses waiting to be scored"
+            )) from None
         assert receipt.seq is not None
-        if idem is not None:
-            await self.queue.conn.hset(idem, "seq", receipt.seq)
         return Accepted(receipt.job_id, receipt.seq, receipt.created)
 
-    async def _claim_key(self, key: str, fingerprint: str) -> tuple[str, int | None]:
-        """Bind an idempotency key to a job id (first caller wins), or read the binding.
-        Returns the bound job id and, when that job was already accepted, its seq."""
-        fresh = echomq.job_id()
-        pipe = self.queue.conn.pipeline(transaction=True)
-        pipe.hsetnx(key, "job_id", fresh)
-        pipe.hsetnx(key, "fp", fingerprint)
-        pipe.expire(key, IDEMPOTENCY_TTL_S, nx=True)
-        pipe.hmget(key, "job_id", "fp", "seq")
-        *_, (job_id, fp, seq) = await pipe.execute()
-        if _text(fp) != fingerprint:
-            raise IdempotencyConflict("this Idempotency-Key was used with a different body")
-        return _text(job_id), (int(seq) if seq is not None else None)
 
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+def _rate_text(rate: float) -> str:
+    return str(int(rate)) if rate == int(rate) else f"{rate:g}"

@@ -48,7 +48,8 @@ def _non_negative_int(name: str, value: object) -> None:
 
 def _rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"rate_per_s must be a number, got {value!r}")
+        # ValueError for every bad admission argument, type or range: one thing to catch
+        raise ValueError(f"rate_per_s must be a number, got {value!r}")  # noqa: TRY004
     rate = float(value)
     if not math.isfinite(rate) or rate < 0:
         raise ValueError(f"rate_per_s must be finite and >= 0, got {value!r}")

@@ -12,8 +12,8 @@ from web.errors import MAX_BODY_BYTES
 
 _ERROR_CODES = [
     "invalid_body", "invalid_guess", "unauthorized", "forbidden", "not_found", "round_closed",
-    "body_too_large", "method_not_allowed", "lane_full", "idempotency_conflict", "conflict",
-    "unavailable",
+    "body_too_large", "method_not_allowed", "lane_full", "rate_limited", "idempotency_conflict",
+    "conflict", "unavailable",
 ]
 
 _ID = {
@@ -127,7 +127,9 @@ _RESPONSES: dict[str, Any] = {
         405: "method_not_allowed",
         409: "round_closed, idempotency_conflict or conflict",
         413: f"body_too_large: more than {MAX_BODY_BYTES} bytes",
-        429: "lane_full: too many guesses pending (accepted, not yet scored)",
+        429: "lane_full: too many guesses pending (accepted, not yet scored); or "
+             "rate_limited: guesses sent faster than the per-player rate (a token bucket on "
+             "the server clock); retry after Retry-After",
         503: "unavailable: Valkey or SQL is down; retry after Retry-After",
     }.items()
 }

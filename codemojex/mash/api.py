@@ -22,7 +22,7 @@ CONNECT_TIMEOUT_S = 5.0
 SUBMIT_ATTEMPTS = 5
 RETRY_PAUSE_S = 0.25
 
-Outcome = Literal["accepted", "lane_full", "round_closed", "refused", "unknown"]
+Outcome = Literal["accepted", "lane_full", "rate_limited", "round_closed", "refused", "unknown"]
 
 
 class ApiError(Exception):
@@ -66,6 +66,13 @@ def _retry_after(resp: httpx.Response) -> float:
         return max(0.0, float(resp.headers.get("retry-after", "1")))
     except ValueError:
         return 1.0
+
+
+def _code(resp: httpx.Response) -> str:
+    try:
+        return str(resp.json().get("error", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 class GameApi:
@@ -124,8 +131,9 @@ class GameApi:
             if resp.status_code == 202:
                 out = resp.json()
                 return Submitted("accepted", out["job_id"], int(out["seq"]))
-            if resp.status_code == 429:
-                return Submitted("lane_full", retry_after_s=_retry_after(resp))
+            if resp.status_code == 429:  # lane_full or rate_limited: both say when to return
+                kind: Outcome = "rate_limited" if _code(resp) == "rate_limited" else "lane_full"
+                return Submitted(kind, retry_after_s=_retry_after(resp))
             if resp.status_code == 409 and "round_closed" in resp.text:
                 return Submitted("round_closed")
             if resp.status_code == 503:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     for row in result.classes():
         console.print(
             f"{row['class']:<7} accepted {row['accepted']:>7,} ({row['accepted_per_s']}/s)  "
-            f"refused {row['refused_429']:>6,}  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
+            f"refused {row['refused_429']:>6,} (rate {row['rate_limited']:,})  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
             f"(server: p50 {row['server_p50_ms']} ms, p99 {row['server_p99_ms']} ms)")
     v = result.verdict
     console.print(f"reclaimed {v.reclaimed}, missed kills {v.missed_kills}, "

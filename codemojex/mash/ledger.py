@@ -83,7 +83,8 @@ class Ledger:
         self.t0 = time.monotonic()
         self.guesses: dict[str, Guess] = {}
         self.by_kind: Counter[str] = Counter()
-        self.refused: Counter[str] = Counter()  # 429 lane_full, per kind
+        self.refused: Counter[str] = Counter()  # every 429 (lane_full, rate_limited), per kind
+        self.rate_limited: Counter[str] = Counter()  # the 429s that were rate_limited
         self.round_closed: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # other refusals, per kind
         self.unknown: Counter[str] = Counter()  # no answer even after retries, per kind

@@ -103,8 +103,10 @@ async def _settle(out: Submitted, player: Player, ledger: Ledger, field: Field,
     if out.outcome == "accepted":
         assert out.job_id is not None and out.seq is not None
         ledger.accept(out.job_id, player.player_id, player.kind, round_id, out.seq, guess)
-    elif out.outcome == "lane_full":
+    elif out.outcome in ("lane_full", "rate_limited"):
         ledger.refused[player.kind] += 1
+        if out.outcome == "rate_limited":
+            ledger.rate_limited[player.kind] += 1
         await pause(out.retry_after_s, stop)  # honour Retry-After, exactly
     elif out.outcome == "round_closed":
         ledger.round_closed[player.kind] += 1

@@ -67,6 +67,7 @@ class MashResult:
                 "accepted": led.by_kind[kind],
                 "scored": len(lat),
                 "refused_429": led.refused[kind],
+                "rate_limited": led.rate_limited[kind],
                 "round_closed": led.round_closed[kind],
                 "unknown": led.unknown[kind],
                 "accepted_per_s": round(led.by_kind[kind] / self.load_s, 1),

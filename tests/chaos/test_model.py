@@ -70,7 +70,7 @@ class ScoringMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         config = Config(valkey_url=self.valkey_url, database_url=self.sql_url,
-                        round_seconds=3_600, lease_ms=LEASE_MS)
+                        round_seconds=3_600, lease_ms=LEASE_MS, guess_rate=0)
         self.game = Game.connect(config)
         self.run(self.game.conn.flushall())  # a private server: nothing else lives here
         tag = uuid.uuid4().hex[:6]

@@ -250,6 +250,56 @@ async def test_lane_full_is_429_with_retry_after(config: Any) -> None:
         assert (await _guess(s, (await s.new_player())["token"], body)).status_code == 202
 
 
+async def test_rate_limited_is_429_with_retry_after_and_takes_no_seq(config: Any) -> None:
+    async with serve(config.with_(guess_rate=0.05, guess_burst=2)) as s:
+        player, other = await s.new_player(), await s.new_player("Bob")
+        rnd = await s.current_round()
+        body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+        for _ in range(2):
+            assert (await _guess(s, player["token"], body)).status_code == 202
+        resp = await _guess(s, player["token"], body, **{"Idempotency-Key": "too-fast"})
+        err = assert_error(resp, 429, "rate_limited")
+        assert int(resp.headers["Retry-After"]) >= 1  # whole seconds (20 s for a token here)
+        assert "too-fast" not in err["detail"]
+        # checks in the contract's order: a bad body is still 400, an unknown round 404
+        assert_error(await _guess(s, player["token"], {"round_id": rnd["round_id"],
+                                                       "guess": ["x"]}), 400, "invalid_guess")
+        assert_error(await _guess(s, player["token"], {**body, "round_id": "RND_" + "0" * 26}),
+                     404, "not_found")
+        # the limit is per player, and the refusal took no number
+        assert (await _guess(s, other["token"], body)).json()["seq"] == 0
+        resp = await s.http.get("/api/guesses", params={"round_id": rnd["round_id"]},
+                                headers=bearer(player["token"]))
+        assert [g["seq"] for g in resp.json()["guesses"]] == [0, 1]
+    async with serve(config.with_(guess_rate=0)) as s:  # 0 = off
+        player = await s.new_player()
+        rnd = await s.current_round()
+        body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+        for _ in range(30):
+            assert (await _guess(s, player["token"], body)).status_code == 202
+
+
+async def test_fifo_keeps_the_pending_cap_and_the_rate_limit(config: Any) -> None:
+    async with serve(config.with_(fifo=True, lane_cap=2, guess_rate=0.05,
+                                  guess_burst=3)) as s:
+        player, other = await s.new_player(), await s.new_player("Bob")
+        rnd = await s.current_round()
+        body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+        for _ in range(2):
+            assert (await _guess(s, player["token"], body)).status_code == 202
+        assert_error(await _guess(s, player["token"], body), 429, "lane_full")
+        for _ in range(2):
+            assert (await _guess(s, other["token"], body)).status_code == 202
+        assert_error(await _guess(s, other["token"], body), 429, "lane_full")
+    async with serve(config.with_(fifo=True, guess_rate=0.05, guess_burst=3)) as s:
+        player = await s.new_player()
+        rnd = await s.current_round()
+        body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+        for _ in range(3):
+            assert (await _guess(s, player["token"], body)).status_code == 202
+        assert_error(await _guess(s, player["token"], body), 429, "rate_limited")
+
+
 # -- the rest of the surface -----------------------------------------------------------------
 
 
@@ -308,7 +358,9 @@ async def test_healthz_metrics_and_openapi(served: Served) -> None:
     post = doc["paths"]["/api/guesses"]["post"]["responses"]
     assert {"202", "400", "401", "404", "409", "413", "429", "503"} <= set(post)
     codes = doc["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
-    assert "lane_full" in codes and "body_too_large" in codes
+    assert "lane_full" in codes and "rate_limited" in codes and "body_too_large" in codes
+    too_many = doc["components"]["responses"][post["429"]["$ref"].rsplit("/", 1)[1]]
+    assert "rate_limited" in too_many["description"] and "Retry-After" in too_many["headers"]
 
 
 async def test_admin_api_wants_the_admin_token(served: Served) -> None:

@@ -33,6 +33,7 @@ from web.server import server_config
 ERROR_CODES = {
     "invalid_body", "invalid_guess", "unauthorized", "forbidden", "not_found", "round_closed",
     "body_too_large", "method_not_allowed", "lane_full", "idempotency_conflict", "conflict",
+    "rate_limited",
 }
 FUZZ = settings(max_examples=300, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

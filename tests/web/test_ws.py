@@ -143,6 +143,28 @@ async def test_guesses_over_the_socket(served: Served) -> None:
     assert len(scores) == 1 and scores[0]["seq"] == 0
 
 
+async def test_a_throttled_socket_guess_gets_an_error_with_retry_after(served: Served) -> None:
+    async with serve(served.config.with_(guess_rate=0.05, guess_burst=1)) as s:
+        player = await s.new_player()
+        rnd = await s.current_round()
+        rid, ok = rnd["round_id"], _guess(rnd, 1, 2, 3, 4)
+        async with connect(s.ws_url(player["token"])) as ws:
+            await _greeted(ws)
+
+            async def ask(client_id: str) -> dict[str, Any]:
+                await ws.send(orjson.dumps({"type": "guess", "round_id": rid, "guess": ok,
+                                            "client_id": client_id}).decode())
+                return await recv_until(ws, lambda m: m["type"] in ("accepted", "error"))
+
+            assert (await ask("c_1"))["seq"] == 0
+            throttled = await ask("c_2")
+            assert throttled["type"] == "error" and throttled["client_id"] == "c_2"
+            assert throttled["error"] == "rate_limited" and "seq" not in throttled
+            assert isinstance(throttled["retry_after"], int) and throttled["retry_after"] >= 1
+            assert "c_2" not in throttled["detail"]
+            assert (await ask("c_1"))["seq"] == 0  # a resend is a replay, never throttled
+
+
 async def test_nobody_else_ever_sees_a_guess(served: Served) -> None:
     owner, other = await served.new_player("Owner"), await served.new_player("Other")
     rnd = await served.current_round()

@@ -79,10 +79,10 @@ function showError(text, retryAfter = null) {
   const el = $('error');
   clearInterval(state.errorTimer);
   state.errorTimer = null;
+  delete el.dataset.code;
   if (!text) {
     el.hidden = true;
     el.textContent = '';
-    delete el.dataset.code;
     return;
   }
   el.hidden = false;
@@ -104,6 +104,9 @@ function explain(code, detail, retryAfter) {
   switch (code) {
     case 'lane_full':
       return { text: 'Slow down — too many of your guesses are still being scored.', retryAfter: retryAfter ?? 3 };
+    case 'rate_limited':
+      // Throttled: the guess is back in the composer, one key press sends it again.
+      return { text: 'Slow down — you are guessing faster than the game allows.', retryAfter: retryAfter ?? 1 };
     case 'round_closed':
       return { text: 'That round has closed — a new one starts right away.' };
     case 'invalid_guess':
@@ -322,6 +325,7 @@ function sendFailed(clientId, code, detail, retryAfter) {
   }
   const { text, retryAfter: ra } = explain(code, detail, retryAfter);
   showError(text, ra);
+  if (code) $('error').dataset.code = code; // throttling reads as a notice, not a failure
   if (code === 'round_closed' || code === 'not_found') fetchRound();
   renderComposer();
   renderGuesses();
