@@ -16,6 +16,19 @@ instead of polling. It also hosts its process's heartbeat and reaper.
 
 Delivery is at least once: a handler may see a job again after a crash or a lost lease,
 so its effects must be idempotent (key them on ``claim.job_id``).
+
+Every loop survives every error: a connection error, any other ``RedisError`` (``OOM``
+under ``noeviction``, ``READONLY`` after a failover) or a bug. Each is logged once per
+kind and retried with backoff; a transition that cannot be sent within the job's lease is
+left to the reaper, which the fencing token makes safe. A handler result JSON cannot carry
+fails that one job. If a task of the consumer ends anyway, ``run()`` raises rather than
+carry on half-alive.
+
+Idle cost: a consumer holding no job beats every ``idle_heartbeat_ms`` (its registry
+deadline then is ``idle_lapse_ms``: nothing waits on its death), parks on BLPOP for up to
+``park_max_ms``, and reaps only while it holds the queue's reaper lock (one reaper per
+queue, ``SET NX PX``), at the next moment anything can come due. A claim moves the
+worker's deadline back to the short lapse, so recovery times are those of a busy worker.
 """
 
 from __future__ import annotations
@@ -28,14 +41,18 @@ import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .codec import text
 from .errors import Retry
 from .ids import worker_id as mint_worker_id
+from .jobs import encode_result
 from .queue import Queue
 from .types import Claim, ClaimBatch
 
@@ -57,15 +74,74 @@ def _key(claim: Claim) -> _Key:
     return (claim.job_id, claim.token)
 
 
-def _blocking_twin(conn: Any) -> Any:
-    """A one-connection client like ``conn`` but with no socket timeout, for BLPOP: a
-    blocked connection must neither sit in the shared pool nor trip its read timeout."""
+class ResultNotEncodable(TypeError):
+    """The handler returned a value JSON cannot carry (a set, an object …): its job fails."""
+
+
+class HandlerCancelled(Exception):
+    """The handler was cancelled by something other than this consumer: a failed attempt."""
+
+
+# Connection settings a cluster node carries that only mean something to a cluster client.
+_CLUSTER_ONLY = ("redis_connect_func", "himport_registry", "response_callbacks",
+                 "maint_notifications_config", "event_dispatcher")
+
+
+async def _blocking_twin(conn: Any, key: str) -> Any:
+    """A one-connection client to the server that holds ``key``, like ``conn`` but with no
+    socket timeout, for BLPOP: a blocked connection must neither sit in a shared pool nor
+    trip its read timeout, and closing it (a kicked park) must never close ``conn``.
+
+    For a cluster client that is a plain client on the node serving ``key``'s slot (a
+    resharding that moves it shows up as a MOVED error; the park then drops the twin and
+    builds a new one)."""
     pool = getattr(conn, "connection_pool", None)
-    if pool is None or not hasattr(pool, "connection_kwargs"):
-        return conn  # e.g. a cluster client: its own pool routes the blocking call
-    kwargs = dict(pool.connection_kwargs, socket_timeout=None)
-    twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
-    return type(conn).from_pool(twin_pool)
+    if pool is not None and hasattr(pool, "connection_kwargs"):
+        kwargs = dict(pool.connection_kwargs, socket_timeout=None)
+        twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1,
+                               **kwargs)
+        return type(conn).from_pool(twin_pool)
+    if hasattr(conn, "get_node_from_key"):
+        if getattr(conn, "_initialize", False):
+            await conn.initialize()
+        node = conn.get_node_from_key(key)
+        kwargs = {k: v for k, v in node.connection_kwargs.items() if k not in _CLUSTER_ONLY}
+        kwargs.update(host=node.host, port=node.port, socket_timeout=None)
+        twin_pool = redis.asyncio.ConnectionPool(
+            connection_class=node.connection_class, max_connections=1, **kwargs)
+        return redis.asyncio.Redis.from_pool(twin_pool)
+    raise TypeError(f"cannot park on a {type(conn).__name__}: no pool and no cluster nodes")
+
+
+def _kind(exc: BaseException) -> str:
+    """What makes two errors "the same": the type, and for a server error its code
+    (``OOM``, ``READONLY``, ``NOSCRIPT`` …)."""
+    if isinstance(exc, ResponseError) and str(exc):
+        return f"{type(exc).__name__} {str(exc).split()[0]}"
+    return type(exc).__name__
+
+
+class _Trouble:
+    """The errors of one loop, logged once per kind until the loop succeeds again."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.seen: set[str] = set()
+
+    def note(self, exc: BaseException) -> None:
+        kind = _kind(exc)
+        if kind in self.seen:
+            log.debug("%s failed again (%s)", self.where, exc)
+            return
+        self.seen.add(kind)
+        # A server or connection error says all there is; anything else is a bug: trace it.
+        log.warning("%s failed (%s: %s); retrying", self.where, type(exc).__name__, exc,
+                    exc_info=None if isinstance(exc, (*TRANSIENT, ResponseError)) else exc)
+
+    def ok(self) -> None:
+        if self.seen:
+            log.info("%s recovered", self.where)
+            self.seen.clear()
 
 
 class _Backoff:
@@ -80,6 +156,17 @@ class _Backoff:
 
     def reset(self) -> None:
         self.n = 0
+
+
+@dataclass(slots=True)
+class _Done:
+    """A finished job's completion waiting in the outbox."""
+
+    job_id: str
+    token: int
+    result: bytes
+    fut: asyncio.Future[bool]
+    give_up: float  # loop time past which the lease has surely run out
 
 
 class Consumer:
@@ -97,7 +184,8 @@ class Consumer:
         heartbeat_ms: int | None = None,
         lapse_ms: int = 3_000,
         reap_interval_ms: int = 1_000,
-        park_max_ms: int = 5_000,
+        park_max_ms: int = 15_000,
+        idle_heartbeat_ms: int = 5_000,
         grace_ms: int | None = None,
         reaper: bool = True,
         meta: Callable[[], dict[str, Any]] | None = None,
@@ -113,6 +201,11 @@ class Consumer:
             heartbeat_ms = max(10, min(1_000, lapse_ms // 3))
         if heartbeat_ms >= lapse_ms:
             raise ValueError("heartbeat_ms must be shorter than lapse_ms")
+        if park_max_ms < 10 or reap_interval_ms < 1:
+            raise ValueError("park_max_ms must be >= 10, reap_interval_ms >= 1")
+        # Idle beats are rarer, never more frequent than busy ones; the idle deadline
+        # leaves room for two lost beats, and is never shorter than the busy lapse.
+        idle_heartbeat_ms = max(heartbeat_ms, idle_heartbeat_ms)
         self.queue = queue
         self.handler = handler
         self.lease_ms = lease_ms
@@ -125,6 +218,11 @@ class Consumer:
         self.lapse_ms = lapse_ms
         self.reap_interval_ms = reap_interval_ms
         self.park_max_ms = park_max_ms
+        self.idle_heartbeat_ms = idle_heartbeat_ms
+        self.idle_lapse_ms = max(lapse_ms, 3 * idle_heartbeat_ms)
+        # The reaper lock outlives the longest pause between two turns of its holder by
+        # one reap interval: a holder that dies is replaced within lapse + reap interval.
+        self.reap_lock_ms = max(reap_interval_ms, lapse_ms) + reap_interval_ms
         self.grace_ms = lease_ms if grace_ms is None else grace_ms
         self.reaper = reaper
         self.meta = meta
@@ -143,12 +241,14 @@ class Consumer:
         self._finishing: set[_Key] = set()  # completion queued or in flight
         self._room = asyncio.Event()
         self._kick = asyncio.Event()  # our reaper moved jobs: claim now, do not park
-        self._outbox: list[tuple[str, int, Any, asyncio.Future[bool]]] = []
+        self._busy = asyncio.Event()  # the claimer took jobs: beat at the busy cadence
+        self._outbox: list[_Done] = []
         self._outbox_ready = asyncio.Event()
         self._stopping = asyncio.Event()  # stop(): claim no more, drain
         self._closing = asyncio.Event()  # drained: background loops end
         self._claimer: asyncio.Task[None] | None = None
         self._park_conn: Any = None
+        self._park_trouble = _Trouble("park")
 
     # -- public -----------------------------------------------------------
 
@@ -181,27 +281,37 @@ class Consumer:
         if owns_reaper:
             _REAPERS.add(self.queue.name)
         background = [
-            asyncio.create_task(self._every(self.heartbeat_ms, self._beat), name="heartbeat"),
+            asyncio.create_task(self._beat_loop(), name="heartbeat"),
             asyncio.create_task(self._every(self.lease_ms // 3, self._keep_leases), name="leases"),
             asyncio.create_task(self._flush_loop(), name="completions"),
         ]
         if owns_reaper:
-            background.append(
-                asyncio.create_task(self._every(self.reap_interval_ms, self._reap), name="reaper")
-            )
+            background.append(asyncio.create_task(self._reap_loop(), name="reaper"))
         runners = [
             asyncio.create_task(self._run_slot(), name=f"slot-{i}")
             for i in range(self.concurrency)
         ]
         self._claimer = asyncio.create_task(self._claim_loop(), name="claimer")
+        everything = [*runners, *background, self._claimer]
         try:
-            await self._claimer  # returns once stop() was called; raises if it died of a bug
+            # Every task loops until stop(); only the claimer returns (once stop() was
+            # called). Any other ending is a bug: raise rather than run on half-alive,
+            # e.g. claiming and renewing leases with no slot left to run the jobs.
+            done, _ = await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
+            ended = [t for t in done if t is not self._claimer]
+            if ended:
+                task = ended[0]
+                error = None if task.cancelled() else task.exception()
+                raise RuntimeError(f"consumer task {task.get_name()} ended unexpectedly"
+                                   ) from error
+            await self._claimer  # raises if it died of a bug
             await self._drain(runners)
         finally:
             self._closing.set()
-            for t in runners + background:
+            self._stopping.set()
+            for t in everything:
                 t.cancel()
-            _, stuck = await asyncio.wait(runners + background, timeout=5)
+            _, stuck = await asyncio.wait(everything, timeout=5)
             for t in stuck:  # should not happen; never let shutdown hang on it
                 log.error("task %s did not stop", t.get_name())
             if owns_reaper:
@@ -209,11 +319,11 @@ class Consumer:
             if install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
-            with contextlib.suppress(*TRANSIENT):
+            try:
                 await self.queue.unregister(self.worker_id)
-            if self._park_conn is not None and self._park_conn is not self.queue.conn:
-                await self._park_conn.aclose()
-                self._park_conn = None
+            except Exception as e:  # noqa: BLE001 - best effort: the registry entry lapses
+                log.warning("unregister failed (%s)", e)
+            await self._drop_park_conn()
 
     # -- claiming -----------------------------------------------------------
 
@@ -223,6 +333,7 @@ class Consumer:
 
     async def _claim_loop(self) -> None:
         backoff = _Backoff()
+        trouble = _Trouble("claim")
         unsure = False  # a claim broke in flight: the server may have leased us jobs anyway
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
@@ -239,11 +350,14 @@ class Consumer:
                     unsure = False
                 got = await self._claim(asked)
                 backoff.reset()
-            except TRANSIENT as e:
-                log.warning("claim failed (%s); retrying", e)
+                trouble.ok()
+            except Exception as e:  # noqa: BLE001 - any error: the claimer must go on
+                trouble.note(e)
                 unsure = True
-                await backoff.sleep()
+                await self._until(backoff.sleep())
                 continue
+            if got.claims:
+                self._busy.set()
             kept, extra = self._split(got.claims)
             if extra:
                 # Handed back before the kept ones may start: a kept job that kills this
@@ -275,8 +389,13 @@ class Consumer:
         for job_id in ids:
             if job_id in known:
                 continue
+            # The token is read from the row, so it may be someone else's by now (the job
+            # was reaped and claimed again): the release names us as the holder, and is
+            # stale unless the lease is still ours.
             token = await conn.hget(self.queue.keys.job(job_id), "attempts")
-            if token is not None and await self.queue.jobs.release(job_id, int(token)):
+            if token is not None and await self.queue.jobs.release(
+                job_id, int(token), worker_id=self.worker_id
+            ):
                 self.released += 1
                 log.info("released %s, leased to us by a claim whose answer was lost", job_id)
 
@@ -312,18 +431,25 @@ class Consumer:
             timeout_ms = min(timeout_ms, max(10, got.next_due_ms - got.server_now_ms))
         if self._kick.is_set():
             return
-        if self._park_conn is None:
-            self._park_conn = _blocking_twin(self.queue.conn)
         try:
+            if self._park_conn is None:
+                self._park_conn = await _blocking_twin(self.queue.conn, self.queue.keys.wake)
             parked = self._park_conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
             if not await self._until(parked, self._kick):
-                # Stopping or kicked mid-BLPOP: drop the blocked connection rather than
-                # trust the cancelled read to leave it clean.
-                await self._park_conn.aclose()
-                self._park_conn = None
-        except TRANSIENT as e:
-            log.warning("park failed (%s)", e)
+                # Stopping or kicked mid-BLPOP: drop the blocked connection (our own, never
+                # the shared one) rather than trust the cancelled read to leave it clean.
+                await self._drop_park_conn()
+            self._park_trouble.ok()
+        except Exception as e:  # noqa: BLE001 - any error: claim again after a pause
+            self._park_trouble.note(e)
+            await self._drop_park_conn()  # broken, or its node no longer serves the key
             await self._until(asyncio.sleep(min(1.0, timeout_ms / 1000)))
+
+    async def _drop_park_conn(self) -> None:
+        conn, self._park_conn = self._park_conn, None
+        if conn is not None and conn is not self.queue.conn:
+            with contextlib.suppress(Exception):
+                await conn.aclose()
 
     async def _until(self, aw: Awaitable[Any], *also: asyncio.Event) -> bool:
         """Await ``aw`` unless stop() (or one of ``also``) comes first; True when ``aw``
@@ -346,12 +472,18 @@ class Consumer:
     # -- running --------------------------------------------------------------
 
     async def _run_slot(self) -> None:
+        # A slot never dies of a job: whatever goes wrong with one is logged, and the job
+        # left to its lease (the reaper takes it back; fencing keeps that safe).
         while True:
             claim = await self._ready.get()
-            if _key(claim) in self._lost:
+            try:
+                if _key(claim) in self._lost:
+                    self._forget(claim)
+                    continue
+                await self._process(claim)
+            except Exception:
+                log.exception("job %s: unexpected error; left to its lease", claim.job_id)
                 self._forget(claim)
-                continue
-            await self._process(claim)
 
     async def _process(self, claim: Claim) -> None:
         key = _key(claim)
@@ -362,14 +494,28 @@ class Consumer:
                 result = await task
             except asyncio.CancelledError:
                 me = asyncio.current_task()
-                if key in self._lost and not (me and me.cancelling()):
+                if me is not None and me.cancelling():
+                    raise  # the slot itself is being stopped
+                if key in self._lost:
                     return  # the lease went to someone else: no side effect of ours counts
-                raise
+                # The handler cancelled itself (or something else did): a failed attempt.
+                self._finishing.add(key)
+                await self._fail(claim, HandlerCancelled("the handler was cancelled"))
+                return
             except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter
                 self._finishing.add(key)
                 await self._fail(claim, e)
                 return
-            if await self._complete(claim, result):
+            try:
+                # Encoded here, before the completion joins a pipelined batch: a result
+                # JSON cannot carry fails this one job and no other.
+                encoded = encode_result(result)
+            except Exception as e:  # noqa: BLE001 - orjson raises TypeError subclasses
+                self._finishing.add(key)
+                await self._fail(claim, ResultNotEncodable(
+                    f"the handler's result cannot be stored as JSON ({type(e).__name__}: {e})"))
+                return
+            if await self._complete(claim, encoded):
                 self.completed += 1
             else:
                 self.stale += 1
@@ -385,13 +531,25 @@ class Consumer:
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         retry_in = error.delay_ms if isinstance(error, Retry) else None
+        if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
+            retry_in = None  # a nonsense delay asked for: the default backoff
         text = f"{type(error).__name__}: {error}"[:2000]
         backoff = _Backoff()
+        trouble = _Trouble(f"fail of {claim.job_id}")
+        loop = asyncio.get_running_loop()
+        # Past its lease the job is the reaper's: a fail sent later could only be stale.
+        give_up = loop.time() + self.lease_ms / 1000
         while True:
             try:
                 outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text, retry_in)
                 break
-            except TRANSIENT:
+            except Exception as e:  # noqa: BLE001 - any error: retry within the lease
+                if loop.time() >= give_up:
+                    log.warning("job %s: could not record its failure within its lease (%s);"
+                                " left to the reaper", claim.job_id, e)
+                    self.stale += 1
+                    return
+                trouble.note(e)
                 await backoff.sleep()
         if outcome == "stale":
             self.stale += 1
@@ -399,13 +557,15 @@ class Consumer:
             self.failed += 1
         log.info("job %s failed (%s): %s", claim.job_id, outcome, text)
 
-    async def _complete(self, claim: Claim, result: Any) -> bool:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    async def _complete(self, claim: Claim, encoded: bytes) -> bool:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         # From here on the lease keeper leaves the job alone: an extend racing the
         # completion on another connection would report a lease "lost" that was simply
         # finished.
         self._finishing.add(_key(claim))
-        self._outbox.append((claim.job_id, claim.token, result, fut))
+        give_up = loop.time() + self.lease_ms / 1000
+        self._outbox.append(_Done(claim.job_id, claim.token, encoded, fut, give_up))
         self._outbox_ready.set()
         try:
             return await fut
@@ -414,30 +574,55 @@ class Consumer:
 
     async def _flush_loop(self) -> None:
         """Send finished jobs' completions in pipelined batches: whatever piled up while
-        the previous batch was in flight goes in the next one."""
+        the previous batch was in flight goes in the next one.
+
+        A batch that errs is sent again (complete is idempotent for its own token, so the
+        jobs it did complete report True again); after a server error (not a broken
+        connection) each item goes alone, so one bad item cannot hold the others back.
+        An item not through within its job's lease is given up: the job is the
+        reaper's, and the completion would be stale anyway."""
+        loop = asyncio.get_running_loop()
         backoff = _Backoff()
+        trouble = _Trouble("complete")
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready.clear()
             items, self._outbox = self._outbox, []
+            alone = False
             while items:
-                try:
-                    verdicts = await self.queue.jobs.complete_many((j, t, r) for j, t, r, _ in items)
-                    break
-                except TRANSIENT as e:
-                    log.warning("complete failed (%s); retrying", e)
+                if alone:
+                    answers: list[Any] = await asyncio.gather(
+                        *(self.queue.jobs.complete_encoded([(d.job_id, d.token, d.result)])
+                          for d in items), return_exceptions=True)
+                    outcome: list[bool | BaseException] = [
+                        a if isinstance(a, BaseException) else a[0] for a in answers]
+                else:
+                    try:
+                        outcome = list(await self.queue.jobs.complete_encoded(
+                            [(d.job_id, d.token, d.result) for d in items]))
+                    except Exception as e:  # noqa: BLE001 - retried below
+                        outcome = [e] * len(items)
+                left = []
+                for d, verdict in zip(items, outcome, strict=True):
+                    if d.fut.done():
+                        continue
+                    if isinstance(verdict, BaseException):
+                        trouble.note(verdict)
+                        alone = alone or not isinstance(verdict, TRANSIENT)
+                        if loop.time() >= d.give_up:
+                            log.warning("job %s: completion not through within its lease;"
+                                        " left to the reaper", d.job_id)
+                            d.fut.set_result(False)
+                        else:
+                            left.append(d)
+                    else:
+                        d.fut.set_result(bool(verdict))
+                items = left
+                if items:
                     await backoff.sleep()
-                except Exception as e:  # noqa: BLE001 - e.g. an unserialisable result
-                    for *_, fut in items:
-                        if not fut.done():
-                            fut.set_exception(e)
-                    items = []
-            else:
-                continue
-            backoff.reset()
-            for (*_, fut), ok in zip(items, verdicts, strict=True):
-                if not fut.done():
-                    fut.set_result(ok)
+                else:
+                    backoff.reset()
+                    trouble.ok()
 
     # -- leases, heartbeat, reaper ----------------------------------------------
 
@@ -445,12 +630,14 @@ class Consumer:
         # Loops on a flag as well as on cancellation: a cancel that lands inside the client
         # library mid-command can be swallowed there, and the loop must still end.
         loop = asyncio.get_running_loop()
+        trouble = _Trouble(fn.__name__.strip("_"))
         while not self._closing.is_set():
             started = loop.time()
             try:
                 await fn()
-            except TRANSIENT as e:
-                log.warning("%s failed (%s)", fn.__name__, e)
+                trouble.ok()
+            except Exception as e:  # noqa: BLE001 - any error: the loop must go on
+                trouble.note(e)
             # Start to start, never later than the interval: the re-claim bound (lapse +
             # reap interval) and the beats' margin inside the lapse are built on it. The
             # jitter, which keeps processes from beating in step, only makes it earlier.
@@ -476,7 +663,50 @@ class Consumer:
                     task.cancel()  # stop a stale attempt's side effects at once
                 log.warning("lease of %s lost; handler cancelled", claim.job_id)
 
-    async def _beat(self) -> None:
+    async def _beat_loop(self) -> None:
+        """Heartbeats, start to start: every ``heartbeat_ms`` while the server counts
+        this worker busy (it holds jobs: the short lapse applies), every
+        ``idle_heartbeat_ms`` while it holds none. A claim while idle moves the deadline
+        back to the short lapse on the server and switches this loop to the busy cadence
+        at once."""
+        loop = asyncio.get_running_loop()
+        trouble = _Trouble("heartbeat")
+        while not self._closing.is_set():
+            started = loop.time()
+            interval = self.heartbeat_ms
+            self._busy.clear()
+            try:
+                applied = await self._beat()
+                trouble.ok()
+                if applied > self.lapse_ms and not self._held:
+                    interval = self.idle_heartbeat_ms
+            except Exception as e:  # noqa: BLE001 - any error: beat again soon
+                trouble.note(e)
+            pause = interval / 1000 * random.uniform(0.8, 1.0) - (loop.time() - started)
+            if interval > self.heartbeat_ms:
+                woken = await self._wait_any(pause, self._closing, self._busy)
+                if self._busy.is_set():
+                    pause = self.heartbeat_ms / 1000 * random.uniform(0.8, 1.0) - woken
+                else:
+                    continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), max(0.0, pause))
+
+    async def _wait_any(self, timeout: float, *events: asyncio.Event) -> float:
+        """Wait until one of ``events`` is set or ``timeout`` s passed; returns the time
+        waited."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, timeout),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return loop.time() - t0
+
+    async def _beat(self) -> int:
         meta: dict[str, Any] = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -486,16 +716,47 @@ class Consumer:
         }
         if self.meta is not None:
             meta.update(self.meta())
-        await self.queue.heartbeat(self.worker_id, self.lapse_ms, meta)
+        _, applied = await self.queue.beat(self.worker_id, self.lapse_ms, meta,
+                                           idle_lapse_ms=self.idle_lapse_ms)
+        return applied
 
-    async def _reap(self) -> None:
-        if await self.queue.stalled.reap():
-            # The jobs are back on their lanes and their wake token is on the wake key, but
-            # the consumer parked longest may be the very holder presumed dead: a frozen
-            # (SIGSTOPped, paused) process keeps its BLPOP registered and swallows the token,
-            # leaving the live ones parked until park_max_ms. So the consumer that hosts the
-            # reaper stops parking and claims at once.
-            self._kick.set()
+    async def _reap_loop(self) -> None:
+        """The queue's one reaper, if this consumer holds (or takes) the reaper lock.
+
+        As holder it reaps when something can next come due (the earliest lease deadline,
+        heartbeat deadline or due time), never more often than ``reap_interval_ms`` and
+        never later than ``lapse_ms`` after the last turn (a job claimed meanwhile comes
+        due no sooner than its holder's lapse). So the bound on a dead holder's job is
+        unchanged, its deadline + ``reap_interval_ms``, while an idle queue is reaped
+        once per lapse. Others try again when the lock may free up, so a dead holder is
+        replaced within ``reap_lock_ms``."""
+        loop = asyncio.get_running_loop()
+        trouble = _Trouble("reaper")
+        while not self._closing.is_set():
+            started = loop.time()
+            try:
+                sweep = await self.queue.stalled.sweep(
+                    self.worker_id, self.reap_lock_ms, horizon_ms=self.lapse_ms)
+                trouble.ok()
+                if sweep.moved:
+                    # The jobs are back on their lanes and their wake token is on the wake
+                    # key, but the consumer parked longest may be the very holder presumed
+                    # dead: a frozen (SIGSTOPped, paused) process keeps its BLPOP
+                    # registered and swallows the token, leaving the live ones parked until
+                    # park_max_ms. So the consumer that hosts the reaper claims at once.
+                    self._kick.set()
+                if sweep.leader:
+                    # The jitter only makes a turn earlier; +2 ms: land past the deadline.
+                    pause_ms = max(self.reap_interval_ms * random.uniform(0.8, 1.0),
+                                   min(sweep.wait_ms + 2, self.lapse_ms))
+                else:
+                    pause_ms = sweep.wait_ms + random.uniform(1, 20)
+            except Exception as e:  # noqa: BLE001 - any error: try again next interval
+                trouble.note(e)
+                pause_ms = self.reap_interval_ms
+            pause = pause_ms / 1000 - (loop.time() - started)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), max(0.0, pause))
 
     # -- stopping -----------------------------------------------------------------
 
@@ -520,7 +781,9 @@ class Consumer:
             await asyncio.sleep(0.01)
 
     async def _release(self, claim: Claim) -> None:
-        with contextlib.suppress(*TRANSIENT):
+        try:
             if await self.queue.jobs.release(claim.job_id, claim.token):
                 self.released += 1
+        except Exception as e:  # noqa: BLE001 - best effort: the lease runs out instead
+            log.warning("release of %s failed (%s); its lease will run out", claim.job_id, e)
         self._held.pop(_key(claim), None)

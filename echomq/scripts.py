@@ -9,6 +9,7 @@ the script again: callers never see the difference.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +70,10 @@ class Runner:
         on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL."""
         if not calls:
             return []
+        if hasattr(self.conn, "get_node_from_key"):
+            # redis-py's cluster pipeline refuses EVALSHA: on a cluster client the calls go
+            # concurrently instead (one queue's keys share a slot, so one node serves them).
+            return list(await asyncio.gather(*(self.run(*call) for call in calls)))
         pipe = self.conn.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)

@@ -4,6 +4,7 @@ release racing a reclaim, re-sent completions, the backoff cap, expired worker r
 from __future__ import annotations
 
 import asyncio
+
 import pytest
 
 import echomq

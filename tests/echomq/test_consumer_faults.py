@@ -1,0 +1,188 @@
+"""The Consumer under errors that are not disconnects (issue 11): a result JSON cannot
+carry, a server that answers READONLY for a while, a task that ends, a cluster client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
+
+import echomq
+from echomq.server import EmbeddedValkey
+from tests.echomq.test_consumer import Runner, completed, start_consumer, wait_for
+
+_ = start_consumer  # the fixture, shared with test_consumer
+
+
+async def test_an_unencodable_result_fails_only_its_job(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    async def handler(claim: echomq.Claim) -> Any:
+        return {1, 2} if claim.payload == "bad" else {"ok": claim.payload}
+
+    bad = await q.jobs.enqueue("bad", max_attempts=1)
+    good = [await q.jobs.enqueue(i) for i in range(40)]
+    # Every slot shares pipelined completion batches with the bad one.
+    c = await start_consumer(handler, source="jobs", concurrency=4, batch=8)
+    await wait_for(lambda: completed(q, 40))
+    await wait_for(lambda: _state_is(q, bad, "dead"))
+    info = await q.jobs.get(bad)
+    assert info is not None and info.error is not None
+    assert info.error.startswith("ResultNotEncodable: the handler's result cannot be stored")
+    for jid in good:
+        got = await q.jobs.get(jid)
+        assert got is not None and got.state == "completed"
+    # No slot died: the consumer runs on, with all four.
+    more = [await q.jobs.enqueue(i) for i in range(8)]
+    await wait_for(lambda: completed(q, 48))
+    assert c.failed == 1 and c.completed == 48 and more
+
+
+async def test_a_slot_survives_an_unencodable_result_with_concurrency_one(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    async def handler(claim: echomq.Claim) -> Any:
+        return object() if claim.payload == "bad" else None
+
+    await q.jobs.enqueue("bad", max_attempts=1)
+    await start_consumer(handler, source="jobs", concurrency=1)
+    await asyncio.sleep(0.3)
+    await q.jobs.enqueue("fine")
+    await wait_for(lambda: completed(q, 1))
+
+
+async def _state_is(q: echomq.Queue, job_id: str, state: str) -> bool:
+    info = await q.jobs.get(job_id)
+    return info is not None and info.state == state
+
+
+async def test_run_raises_when_a_background_task_ends(q: echomq.Queue) -> None:
+    c = echomq.Consumer(q, lambda claim: asyncio.sleep(0), heartbeat_ms=100)
+
+    async def ends() -> None:
+        await asyncio.sleep(0.2)
+
+    c._flush_loop = ends  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="completions ended unexpectedly"):
+        await asyncio.wait_for(c.run(), 10)
+    assert await q.conn.zscore(q.keys.workers, c.worker_id) is None  # left the registry
+
+
+# -- a server that refuses writes for a while ----------------------------------------------
+
+
+@pytest.fixture
+async def private(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedValkey, redis.asyncio.Redis]]:
+    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec")
+    server.start()
+    conn = redis.asyncio.Redis.from_url(server.url)
+    try:
+        yield server, conn
+    finally:
+        await conn.aclose()
+        server.stop()
+
+
+async def test_a_readonly_spell_kills_no_loop(
+    private: tuple[EmbeddedValkey, redis.asyncio.Redis],
+) -> None:
+    """REPLICAOF an unreachable primary: every write is refused with READONLY (as after a
+    failover) for 0.8 s, shorter than the lapse. Heartbeat, lease keeper, claimer, slots
+    and completions must all go on: the worker never leaves the registry, and no job is
+    reaped, delivered twice or lost."""
+    server, conn = private
+    q = echomq.Queue(conn, "ro")
+    runs = Counter[str]()
+
+    async def handler(claim: echomq.Claim) -> None:
+        runs[claim.job_id] += 1
+        await asyncio.sleep(0.05)
+
+    ids = [await q.lanes.enqueue(f"l{i % 5}", i) for i in range(300)]
+    c = echomq.Consumer(q, handler, lease_ms=1_500, lapse_ms=1_200, concurrency=4,
+                        reap_interval_ms=100)
+    task = asyncio.create_task(c.run())
+    await wait_for(lambda: completed(q, 20))
+    admin = redis.Redis.from_url(server.url)
+    try:
+        admin.execute_command("REPLICAOF", "127.0.0.1", "1")
+        with pytest.raises(redis.ReadOnlyError):
+            admin.set("probe", "1")
+        await asyncio.sleep(0.8)
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        await wait_for(lambda: completed(q, 300), 60)
+        await asyncio.sleep(1.5)  # past another lapse: a dead heartbeat would show now
+        assert await conn.zscore(q.keys.workers, c.worker_id) is not None
+        assert not task.done()
+    finally:
+        admin.close()
+        c.stop()
+        await asyncio.wait_for(task, 20)
+    stats = await q.stats()
+    assert stats["counters"]["completed"] == 300 and stats["completed"] == 300
+    assert stats["counters"].get("reaped", 0) == 0 and stats["active"] == 0
+    assert sorted(runs) == sorted(ids) and set(runs.values()) == {1}
+
+
+# -- a cluster client -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[RedisCluster]:
+    """A one-node Valkey Cluster (every slot on it) and a cluster client."""
+    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec", extra_config={
+        "cluster-enabled": "yes", "cluster-config-file": "nodes.conf"})
+    server.start()
+    admin = redis.Redis(host="127.0.0.1", port=server.port)
+    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+    deadline = time.monotonic() + 10
+    while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
+        assert time.monotonic() < deadline, "cluster never came up"
+        await asyncio.sleep(0.05)
+    admin.close()
+    conn = RedisCluster(host="127.0.0.1", port=server.port)
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+        server.stop()
+
+
+async def test_on_a_cluster_client_the_park_has_a_connection_of_its_own(
+    cluster: RedisCluster,
+) -> None:
+    q = echomq.Queue(cluster, "cq")
+    done: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(claim: echomq.Claim) -> str:
+        await done.put(claim.job_id)
+        return "ok"
+
+    c = echomq.Consumer(q, handler, heartbeat_ms=100, reap_interval_ms=100,
+                        park_max_ms=30_000)
+    task = asyncio.create_task(c.run())
+    try:
+        for n in range(3):
+            await asyncio.sleep(0.3)  # parked by now
+            assert c._park_conn is not None and c._park_conn is not cluster
+            assert isinstance(c._park_conn, redis.asyncio.Redis)
+            c._kick.set()  # what our reaper does after moving jobs: the park is dropped
+            await asyncio.sleep(0.1)
+            assert await cluster.ping()  # the shared client is untouched
+            t0 = time.monotonic()
+            jid = await q.lanes.enqueue("a", n)
+            assert await asyncio.wait_for(done.get(), 5) == jid
+            assert time.monotonic() - t0 < 2  # woken by the wake key, not the timeout
+        await wait_for(lambda: completed(q, 3))
+    finally:
+        c.stop()
+        await asyncio.wait_for(task, 20)
+    assert await cluster.ping()
