@@ -21,6 +21,12 @@ The server never outlives us: it is spawned with ``PR_SET_PDEATHSIG`` (it gets S
 our process dies, even by SIGKILL), stopped at interpreter exit, and stopped best-effort when
 the object is garbage-collected.
 
+Memory is bounded: ``maxmemory`` is a share of the machine (``maxmemory_share``, 25 % of
+the RAM this process may use, cgroup limit included, capped at ``MAXMEMORY_CAP``) unless
+given in bytes, and with ``noeviction`` a full server refuses writes that would grow it
+(``OOM command not allowed``) instead of evicting a job row; commands that free memory
+(completions, deletions) still run, so workers drain it.
+
 ``check_durable`` / ``check_durable_sync`` verify any server (embedded or not) before durable
 use: AOF on and ``maxmemory-policy noeviction``, else ``NotDurable``.
 """
@@ -167,6 +173,26 @@ class _AddressInUse(ServerError):
     """The port was taken between picking it and valkey binding it."""
 
 
+MAXMEMORY_SHARE = 0.25
+MAXMEMORY_CAP = 8 * 1024**3  # a queue's working set, not a cache: 8 GiB is plenty
+_MAXMEMORY_FLOOR = 64 * 1024**2
+
+
+def machine_memory() -> int:
+    """Bytes of RAM this process may use: physical memory, or the cgroup's limit if lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max",
+                       "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(limit_file).read_text().strip()))
+    return total
+
+
+def default_maxmemory(share: float = MAXMEMORY_SHARE, cap: int = MAXMEMORY_CAP) -> int:
+    """``share`` of :func:`machine_memory`, at most ``cap``, at least 64 MiB."""
+    return max(_MAXMEMORY_FLOOR, min(cap, int(machine_memory() * share)))
+
+
 def _pick_free_port(host: str) -> int:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -186,6 +212,8 @@ class EmbeddedValkey:
     before ``start()`` and ``restart()`` comes back on the same address. ``unix_socket=True``
     listens only on ``data_dir/valkey.sock``. ``extra_config`` lines are merged last and
     written verbatim (``{"save": "900 1"}``); an empty value is written as ``""``.
+    ``maxmemory``: bytes (0 = no limit); by default ``maxmemory_share`` of the machine's
+    memory, capped at ``MAXMEMORY_CAP`` (see :func:`default_maxmemory`).
     """
 
     def __init__(
@@ -198,11 +226,19 @@ class EmbeddedValkey:
         appendfsync: Appendfsync = "always",
         binary: str | None = None,
         extra_config: Mapping[str, str] | None = None,
+        maxmemory: int | None = None,
+        maxmemory_share: float = MAXMEMORY_SHARE,
     ) -> None:
         if appendfsync not in _APPENDFSYNC_VALUES:
             raise ValueError(
                 f"appendfsync must be one of {_APPENDFSYNC_VALUES}, not {appendfsync!r}"
             )
+        if not 0 < maxmemory_share <= 1:
+            raise ValueError(f"maxmemory_share must be in (0, 1], not {maxmemory_share!r}")
+        if maxmemory is not None and (isinstance(maxmemory, bool) or not isinstance(
+                maxmemory, int) or maxmemory < 0):
+            raise ValueError(f"maxmemory must be an int >= 0 (bytes), not {maxmemory!r}")
+        self.maxmemory = default_maxmemory(maxmemory_share) if maxmemory is None else maxmemory
         if unix_socket and port:
             raise ValueError("unix_socket=True listens on no TCP port; leave port unset")
         # Absolute: valkey chdirs into `dir`, and the url must not depend on our cwd.
@@ -262,6 +298,7 @@ class EmbeddedValkey:
             "appendfsync": self.appendfsync,
             # An evicted job row is a lost job: refuse writes at maxmemory instead.
             "maxmemory-policy": "noeviction",
+            "maxmemory": str(self.maxmemory),
             # The AOF is the durability; RDB snapshots would only fork and stall.
             "save": '""',
             "daemonize": "no",
