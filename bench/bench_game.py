@@ -203,6 +203,7 @@ class Window:
     drained: bool = False
     backlog: dict[str, int] | None = None  # the queue at the end of the load
     ws_messages: Counter[str] = field(default_factory=Counter)
+    ws_bytes: Counter[str] = field(default_factory=Counter)
     ws_closes: Counter[str] = field(default_factory=Counter)
 
 
@@ -210,28 +211,54 @@ class Window:
 # The connection pool: open loop, pipelining rather than waiting
 
 
-class HttpConn:
-    def __init__(self, pool: Pool, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.pool, self.reader, self.writer = pool, reader, writer
-        self.pending: deque[Guess] = deque()
-        self.alive = True
-        self.task = asyncio.create_task(self._read())
+class HttpConn(asyncio.Protocol):
+    """One keep-alive connection. Answers are parsed in ``data_received`` (no task or
+    coroutine per answer) and timestamped on arrival; they come back in the order sent."""
 
-    async def _read(self) -> None:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.pending: deque[Guess] = deque()
+        self.buf = b""
+        self.alive = True
+        self.idle = False  # in the pool's idle queue
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        t = now()
+        buf = self.buf + data if self.buf else data
+        pos, close = 0, False
         try:
-            while True:
-                status, body, close = await read_response(self.reader)
-                self.pool.answer(self.pending.popleft(), status, body, now())
-                if not self.pending:
-                    self.pool.idle.append(self)
-                if close:
+            while not close:
+                end = buf.find(b"\r\n\r\n", pos)
+                if end < 0:
                     break
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError,
-                IndexError):
-            pass  # the server closed it (keep-alive timeout) or answered nonsense
-        finally:
+                head = buf[pos:end].lower()
+                i = head.find(b"\r\ncontent-length:")
+                if i < 0:
+                    n = 0
+                else:
+                    j = head.find(b"\r\n", i + 17)
+                    n = int(head[i + 17:j if j >= 0 else len(head)])
+                if len(buf) < end + 4 + n:
+                    break
+                self.pool.answer(self.pending.popleft(), int(head[9:12]),
+                                 buf[end + 4:end + 4 + n], t)
+                pos = end + 4 + n
+                close = b"\r\nconnection: close" in head
+        except (ValueError, IndexError, KeyError):  # nonsense, or an answer to nothing asked
+            close = True
+        self.buf = buf[pos:]
+        if close:
             self.pool.lost(self)
+        elif not self.pending and not self.idle:
+            self.idle = True
+            self.pool.idle.append(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pool.lost(self)  # the server closed it (its keep-alive timeout) or it broke
 
 
 class Pool:
@@ -252,14 +279,16 @@ class Pool:
         return self
 
     async def _add(self) -> None:
-        reader, writer = await asyncio.open_connection(self.host, self.port)
-        conn = HttpConn(self, reader, writer)
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(lambda: HttpConn(self), self.host, self.port)
         self.conns.append(conn)
+        conn.idle = True
         self.idle.append(conn)
 
     def send(self, data: bytes, guess: Guess) -> None:
         if self.idle:
             conn = self.idle.popleft()
+            conn.idle = False
         elif self.conns:
             conn = self.conns[self.rr % len(self.conns)]
             self.rr += 1
@@ -268,7 +297,8 @@ class Pool:
             self.answer(guess, 0, b"no_connection", now())
             return
         conn.pending.append(guess)
-        conn.writer.write(data)
+        assert conn.transport is not None
+        conn.transport.write(data)
 
     def lost(self, conn: HttpConn) -> None:
         if not conn.alive:
@@ -276,9 +306,13 @@ class Pool:
         conn.alive = False
         with contextlib.suppress(ValueError):
             self.conns.remove(conn)
-        with contextlib.suppress(ValueError):
+        if conn.idle:
+            conn.idle = False
             self.idle.remove(conn)
-        conn.writer.close()
+        if conn.transport is not None:
+            conn.transport.close()
+        if self.closing:
+            return  # what is still pending stays unanswered
         t = now()
         while conn.pending:
             self.answer(conn.pending.popleft(), 0, b"connection_lost", t)
@@ -291,11 +325,9 @@ class Pool:
         self.closing = True
         for task in self._reopening:
             task.cancel()
+        await asyncio.gather(*self._reopening, return_exceptions=True)
         for conn in list(self.conns):
-            conn.task.cancel()
-            conn.writer.close()
-        await asyncio.gather(*(c.task for c in self.conns), *self._reopening,
-                             return_exceptions=True)
+            self.lost(conn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +447,7 @@ class GameClient:
         kind = m[1].decode() if m else "?"
         if self.window is not None:
             self.window.ws_messages[kind] += 1
+            self.window.ws_bytes[kind] += len(text)
         if kind == "score":
             msg = orjson.loads(text)
             p.after = msg.get("event_id") or p.after
@@ -829,6 +862,8 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "drain_s": round(w.drain_end - w.load_end, 2),
         "ws_messages_per_s": {k: round(v / max(1e-9, w.drain_end - w.t0), 1)
                               for k, v in sorted(w.ws_messages.items())},
+        "ws_kib_per_s": {k: round(v / 1024 / max(1e-9, w.drain_end - w.t0), 1)
+                         for k, v in sorted(w.ws_bytes.items())},
         "ws_closes": dict(w.ws_closes),
         "round_rotations": client.rotations,
         "cpu": cpu,
@@ -983,6 +1018,9 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
                          "behind unanswered requests")
         if r["cpu"]["changed_roles"]:
             notes.append(f"processes came or went in the window: {r['cpu']['changed_roles']}")
+        traffic = ", ".join(f"{k} {r['ws_messages_per_s'][k]:,.0f} msgs "
+                            f"{r['ws_kib_per_s'][k]:,.0f} KiB" for k in r["ws_kib_per_s"])
+        notes.append(f"websocket traffic to the client, per second: {traffic}")
         if r["ws_closes"]:
             notes.append(f"websockets closed by the server: {r['ws_closes']}")
         if not r["drained"]:
