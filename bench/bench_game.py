@@ -1199,6 +1199,23 @@ async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> li
             return await measure(opts, start, stop, roots, progress)
 
 
+def source_state() -> dict[str, Any]:
+    """The commit measured, and the files changed beside it (others may be mid-edit)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=10, check=False).stdout.strip()
+        return ""
+
+    return {"head": git("rev-parse", "--short", "HEAD"),
+            "changed": [line[3:] for line in git("status", "--porcelain").splitlines()
+                        if line[3:].endswith(".py") or line[3:].endswith(".lua")]}
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     signals_raise_keyboardinterrupt()
@@ -1210,10 +1227,13 @@ def main(argv: list[str] | None = None) -> int:
     db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
     title = f"codemojex up {' '.join(up_args(a))} — {db}, {a.players} players"
     m = machine()
+    src = source_state()
     top = max(opts.rates, default=0) / max(1, opts.players)
     console.print(f"[bold]{title}[/]; {opts.schedule} arrivals, {opts.duration:g} s per rate; "
                   f"at most {top:.1f} guesses/s per player; client loop: "
-                  f"{'uvloop' if uvloop else 'asyncio'}")
+                  f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
+                  + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"]
+                     else ""))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
         try:
@@ -1227,7 +1247,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
                   f"cores); total {time.monotonic() - started:.0f} s")
     result = {"title": title, "machine": m, "loadavg_end": os.getloadavg(),
-              "options": asdict(opts), "up_args": up_args(a), "database": db, "rows": rows}
+              "options": asdict(opts), "up_args": up_args(a), "database": db, "source": src,
+              "rows": rows}
     if a.json:
         Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
         console.print(f"figures written to {a.json}")
