@@ -108,3 +108,28 @@ def test_admin_kills_a_worker_mid_score_and_the_guess_is_scored_once(
     finally:
         player.close()
         admin.close()
+
+
+def test_a_throttled_player_sees_an_inline_notice_and_keeps_the_guess(
+    browser: Any, start_up: Callable[..., Up]
+) -> None:
+    # One guess, then a token every 20 s: the second guess is throttled.
+    up = start_up("--workers", "0", "--guess-rate", "0.05", "--guess-burst", "1")
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        join(page, up.base, "Mash")
+        type_guess(page, "1234")
+        page.locator('[data-testid="guess-row"]').first.wait_for(timeout=15_000)
+        type_guess(page, "5678")
+        notice = page.locator('[data-testid="error"][data-code="rate_limited"]')
+        notice.wait_for(timeout=15_000)
+        text = notice.inner_text()
+        assert "Slow down" in text and "Try again in" in text, text
+        assert page.get_by_test_id("guess-slots").get_attribute("data-count") == "4"
+        assert page.locator('[role="dialog"]').count() == 0  # no modal
+        assert page.locator('[data-testid="guess-row"]').count() == 1
+        assert errors == []
+    finally:
+        page.close()
