@@ -753,12 +753,16 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
     span = max(1e-9, loaded.t - before.t)
     per = max(1, accepted)
     procs = []
-    for pid, role in sorted(before.roles.items(), key=lambda kv: (kv[1], kv[0])):
-        if pid in before.cpu and pid in after.cpu:
-            used = max(0.0, after.cpu[pid] - before.cpu[pid])
-            busy_s = max(0.0, loaded.cpu.get(pid, before.cpu[pid]) - before.cpu[pid])
-            waited = (loaded.wait[pid] - before.wait[pid]
-                      if pid in loaded.wait and pid in before.wait else None)
+    # A process that started in the window counts from zero; one that ended in it is lost
+    # (its role is named in "ended").
+    roles = {**after.roles, **before.roles}
+    for pid, role in sorted(roles.items(), key=lambda kv: (kv[1], kv[0])):
+        if pid in after.cpu and (pid in before.cpu or pid not in before.roles):
+            start = before.cpu.get(pid, 0.0)
+            used = max(0.0, after.cpu[pid] - start)
+            busy_s = max(0.0, loaded.cpu.get(pid, start) - start)
+            waited = (loaded.wait[pid] - before.wait.get(pid, 0.0)
+                      if pid in loaded.wait and pid in after.wait else None)
             procs.append({"role": role, "pid": pid, "cpu_s": round(used, 4),
                           "ms_per_guess": round(used * 1000 / per, 4),
                           "load_cpu_s": round(busy_s, 4),
@@ -774,8 +778,8 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
     ours = sum(a[0] for a in by_role.values())
     ours_loaded = sum(a[1] for a in by_role.values())
     busy = max(0.0, loaded.machine_busy - before.machine_busy)
-    changed = sorted({r for pid, r in after.roles.items() if pid not in before.roles}
-                     | {r for pid, r in before.roles.items() if pid not in after.roles})
+    started = sorted(r for pid, r in after.roles.items() if pid not in before.roles)
+    ended = sorted(r for pid, r in before.roles.items() if pid not in after.cpu)
     return {
         "load_s": round(span, 3),
         "window_s": round(after.t - before.t, 3),
@@ -788,7 +792,9 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
                                             if p["pid"] == os.getpid()), None),
         "machine_busy_cores": round(busy / span, 3),
         "others_cores": round(max(0.0, busy - ours_loaded) / span, 3),
-        "changed_roles": changed,  # a process came or went in the window (a restart)
+        # processes that came (counted from zero) or went (their CPU lost) in the window
+        "started": started,
+        "ended": ended,
     }
 
 
@@ -1016,8 +1022,10 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
         if r["pipelined"]:
             notes.append(f"{r['pipelined']:,} sends found no idle connection and were pipelined "
                          "behind unanswered requests")
-        if r["cpu"]["changed_roles"]:
-            notes.append(f"processes came or went in the window: {r['cpu']['changed_roles']}")
+        if r["cpu"]["started"] or r["cpu"]["ended"]:
+            notes.append(f"processes started in the window (counted from zero): "
+                         f"{r['cpu']['started']}; ended (their CPU not counted): "
+                         f"{r['cpu']['ended']}")
         traffic = ", ".join(f"{k} {r['ws_messages_per_s'][k]:,.0f} msgs "
                             f"{r['ws_kib_per_s'][k]:,.0f} KiB" for k in r["ws_kib_per_s"])
         notes.append(f"websocket traffic to the client, per second: {traffic}")
