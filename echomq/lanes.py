@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import checks
 from .codec import dumps, text
 from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
 from .ids import job_id as mint_job_id
-from .jobs import decode_batch
+from .jobs import check_claim, decode_batch
 from .scripts import SCRIPTS
 from .types import Claim, ClaimBatch, Enqueued
 
@@ -65,6 +66,9 @@ class Lanes:
         self, lane: str, payload: Any, *, job_id: str | None = None, max_attempts: int = 5
     ) -> str:
         """Append to ``lane``; an id that already exists is a no-op returning that id."""
+        checks.name("lane", lane)
+        checks.optional_name("job_id", job_id)
+        checks.integer("max_attempts", max_attempts, at_least=1)
         receipt = await self.submit(lane, payload, job_id=job_id, max_attempts=max_attempts)
         return receipt.job_id
 
@@ -181,6 +185,7 @@ class Lanes:
     async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
         """Lease up to ``count`` jobs, in exactly the order ``count`` single claims would
         take them: a batch (a consumer's prefetch) lets no job jump the fair order."""
+        check_claim(worker_id, lease_ms, count)
         return decode_batch(
             await self._q.runner.run(
                 SCRIPTS["lane_claim"],
@@ -191,6 +196,7 @@ class Lanes:
 
     async def depth(self, lane: str) -> int:
         """Jobs waiting on ``lane`` (not counting the active or scheduled ones)."""
+        checks.name("lane", lane)
         return int(await self._q.conn.zcard(self._keys.lane(lane)))
 
     async def load(self, subject: str) -> int:
