@@ -12,25 +12,32 @@ starts, never from the answers, and each send goes to the next player in turn (o
 one), so each player offers ``rate / players`` guesses a second.
 
 The client is kept light so that its own CPU, printed beside the server's, stays a small
-share: raw HTTP/1.1 keep-alive over asyncio streams, requests pre-encoded as bytes, a pool of
-connections (a send that finds none idle is pipelined behind an unanswered request rather
-than delayed: the schedule holds, and the count is printed), and only the status line,
-``Content-Length`` and the bodies of ``202`` and of errors parsed. Websocket messages are
-parsed only when they are a ``score`` or a ``round``.
+share, and its timing honest: one process on uvloop (if installed), raw HTTP/1.1 keep-alive
+requests pre-encoded as bytes on a pool of connections (a send that finds none idle is
+pipelined behind an unanswered request rather than delayed: the schedule holds, and the count
+is printed), answers and websocket frames parsed in ``data_received`` (no task or future per
+message; websockets' sans-I/O protocol, no ``Origin`` header) and timestamped there, only the
+status line, ``Content-Length`` and the bodies of ``202`` and of errors looked at, websocket
+messages decoded only when they are a ``score`` or a ``round``; no collector pause and no
+refresh thread inside a window (the progress bars are redrawn from the loop).
 
 Per guess it records the scheduled and actual send time, the answer's arrival and the
 score's arrival on its owner's socket (matched by job id; a score may beat the ``202``).
 Per rate: accepted/s and scored/s over the window, refusals by error code, accept→score
 (``202`` received → score on the socket) percentiles, send→``202`` p99, the client's send
-lag (when it falls behind, the load offered was not the one asked for, and the table says so),
+lag (past 5 ms p99 the arrivals were burstier than the schedule, and the report says so),
 and CPU milliseconds per accepted guess for every process of ``up`` (web, each worker,
 Valkey, the supervisor), a throwaway PostgreSQL (``--postgres``) and the client itself, read
-from ``/proc/<pid>/stat`` from the first send until the drain ends. The machine's CPU used by
-processes that are none of these is printed too: the figures are only as quiet as the machine.
+from ``/proc/<pid>/stat`` from the first send until the drain ends, with each one's share of
+a core during the load. On a shared machine the figures are only as quiet as the machine, so
+it prints the CPU that processes not ours used, how long each main thread waited runnable for
+a CPU (``/proc/<pid>/schedstat``), and the websocket traffic the players received.
 
 When a rate's backlog does not drain in time, the next rate runs on a fresh ``up`` so one
-rate's queue never leaks into the next. This module is longer than the house's ~400 lines
-because a benchmark reads best whole: client, probe and report together.
+rate's queue never leaks into the next. A round that closes mid-window is followed (the
+``round`` message, or a ``409 round_closed`` that refetches it); use ``--round-seconds`` to
+keep closes rare. This module is longer than the house's ~400 lines because a benchmark
+reads best whole: client, probe and report together.
 """
 
 from __future__ import annotations
@@ -191,6 +198,7 @@ class Guess:
 class Window:
     rate: float
     duration: float
+    planned: int = 0  # sends in the schedule
     t0: float = 0.0
     load_end: float = 0.0  # the last send
     drain_end: float = 0.0
@@ -510,7 +518,7 @@ class GameClient:
         else:
             first = rng.randrange(n_players)
             picks = [(first + i) % n_players for i in range(len(offsets))]
-        w = Window(rate, duration)
+        w = Window(rate, duration, len(offsets))
         self.window = w
         conns = min(opts.connections, max(8, math.ceil(rate / 8)))
         self.pool = pool = await Pool(self.host, self.port, self.answer).open(conns)
@@ -903,9 +911,15 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
                     await client.close()
                 if up is not None:
                     stop(up)
+                began = time.monotonic()
                 up = start()
+                ready = time.monotonic()
                 client = await GameClient(up.base, opts.players, opts.seed,
                                           up.admin_token).start()
+                if progress is not None:
+                    progress.console.print(
+                        f"a fresh up was ready in {ready - began:.1f} s; {opts.players} players "
+                        f"and their sockets in {time.monotonic() - ready:.1f} s")
                 if opts.warmup > 0:
                     await client.offer(min(50.0, rate), opts.warmup, opts, opts.drain)
             assert client is not None and up is not None
@@ -918,7 +932,7 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
 
             def tick(w: Window, sent: int, task: Any = task) -> None:
                 assert progress is not None
-                progress.update(task, completed=sent, total=max(sent, round(w.rate * w.duration)),
+                progress.update(task, completed=sent, total=w.planned,
                                 info=f"202 {w.accepted:,}  scored {w.scored:,}  "
                                      f"pipelined {w.pipelined:,}")
                 progress.refresh()  # from the loop: a refresh thread would take the GIL mid-send
