@@ -51,6 +51,10 @@ class Config:
     # stay under the per-player cap. A resume further back than replay_max_events gets a
     # gap (the page refetches) instead of a replay that costs the server a long scan.
     sockets_per_player: int = 5
+    # New players per client address: a token bucket in Valkey (0 = off). The burst lets a
+    # load test or a classroom behind one address start a few hundred players at once.
+    player_rate: float = 1.0
+    player_burst: int = 300
     sockets_per_process: int = 10_000
     replay_max_events: int = 10_000
     appendfsync: str = "always"

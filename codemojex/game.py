@@ -11,18 +11,20 @@ import logging
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
 from codemojex import control, store
+from codemojex.admission import TokenBuckets
 from codemojex.config import GUESS_QUEUE, Config
 from codemojex.errors import Conflict, JobNotFound, NotYourGuess, RoundNotFound, Unauthorized
 from codemojex.guesses import Accepted, Guesses
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
+from echomq.codec import text
 
 log = logging.getLogger("codemojex.game")
 
@@ -48,6 +50,9 @@ class Game:
         self.rounds = Rounds(conn, engine, config)
         self.guesses = Guesses(self.queue, self.rounds, config)
         self._players: OrderedDict[str, store.Player] = OrderedDict()
+        self.new_players = TokenBuckets(
+            conn, "players", config.player_rate, config.player_burst,
+            "too many new players from this address; try again later")
 
     @classmethod
     def connect(cls, config: Config) -> Game:
@@ -64,8 +69,12 @@ class Game:
 
     # -- players -------------------------------------------------------------
 
-    async def create_player(self, name: object) -> NewPlayer:
+    async def create_player(self, name: object, address: str | None = None) -> NewPlayer:
+        """A new player named ``name``; ``address`` (the client's) spends one token of its
+        bucket, after the name was judged (400 before 429, as the contract orders)."""
         clean = validate_name(name)
+        if address is not None:
+            await self.new_players.take(address)
         token = secrets.token_urlsafe(24)
         player = await store.create_player(
             self.engine, clean, store.hash_token(token), await self.queue.server_time_ms()
@@ -136,10 +145,10 @@ class Game:
 
     async def _pending_of(self, player_id: str, round_id: str) -> dict[str, echomq.JobInfo]:
         lane = "fifo" if self.config.fifo else player_id
-        ids = [x.decode() for x in await self.conn.zrange(self.queue.keys.lane(lane), 0, -1)]
+        ids = await _members(self.conn, self.queue.keys.lane(lane))
         # active / scheduled ones of this player are found through the active + scheduled sets
         for key in (self.queue.keys.active, self.queue.keys.scheduled):
-            ids += [x.decode() for x in await self.conn.zrange(key, 0, -1)]
+            ids += await _members(self.conn, key)
         out: dict[str, echomq.JobInfo] = {}
         for jid in ids:
             info = await self.queue.jobs.get(jid)
@@ -171,7 +180,7 @@ class Game:
     async def workers(self) -> list[dict[str, Any]]:
         """Every worker known recently: alive ones from the registry, dead ones with why."""
         alive = {w.worker_id: w for w in await self.queue.workers()}
-        known = [x.decode() for x in await self.conn.zrange(control.KNOWN, 0, -1)]
+        known = await _members(self.conn, control.KNOWN)
         exits = await control.exits(self.conn)
         killed = await control.killed(self.conn)
         now = await self.queue.server_time_ms()
@@ -181,7 +190,7 @@ class Game:
             # still lists the worker (until its heartbeat lapses).
             w = alive.get(wid) if wid not in exits else None
             meta = w.meta if w else {
-                k.decode(): v.decode() for k, v in
+                text(k): text(v) for k, v in
                 (await self.conn.hgetall(self.queue.keys.worker(wid))).items()}
             job_id = meta.get("job_id") or None
             lease_ms = None
@@ -209,6 +218,12 @@ class Game:
                 "killed_holding": killed.get(wid),
             })
         return out
+
+
+async def _members(conn: redis.asyncio.Redis, key: str) -> list[str]:
+    """Every member of the sorted set ``key``, as text, in score order."""
+    raw = cast(list[bytes], await conn.zrange(key, 0, -1))
+    return [text(x) for x in raw]
 
 
 def _guess_view(job_id: str, info: echomq.JobInfo | None,

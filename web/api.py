@@ -37,7 +37,8 @@ async def _player(request: Request, services: Services) -> store.Player:
 async def create_player(request: Request) -> Response:
     services = services_of(request)
     body = await read_json_object(request)
-    player = await services.game.create_player(body.get("name"))
+    address = request.client.host if request.client else None
+    player = await services.game.create_player(body.get("name"), address)
     return JSONResponse(
         {"player_id": player.player_id, "name": player.name, "token": player.token},
         status_code=201,

@@ -64,7 +64,7 @@ def install_log_redaction() -> None:
 
 def server_config(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
                   log_level: str = "info", access_log: bool = False,
-                  graceful_shutdown_s: float = GRACEFUL_SHUTDOWN_S,
+                  graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
                   **overrides: Any) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the production settings, wherever it runs.
 
