@@ -1230,10 +1230,10 @@ def source_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                                  timeout=10, check=False).stdout.strip()
+                                  timeout=10, check=False).stdout
         return ""
 
-    return {"head": git("rev-parse", "--short", "HEAD"),
+    return {"head": git("rev-parse", "--short", "HEAD").strip(),
             "changed": [line[3:] for line in git("status", "--porcelain").splitlines()
                         if line[3:].endswith(".py") or line[3:].endswith(".lua")]}
 
