@@ -1117,8 +1117,10 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:right}}
 img{{max-width:100%}}</style>
 <h1>The game path: open-loop guesses</h1>
-<p>{html.escape(result['title'])}; {result['options']['players']} players with a socket each,
-{result['options']['duration']} s per rate, {html.escape(result['options']['schedule'])} schedule.
+<p>{html.escape(result['title'])}, each player with a socket;
+{result['options']['duration']} s per rate, {html.escape(result['options']['schedule'])} arrivals;
+source {html.escape(str(result.get('source', {}).get('head', '?')))}
+({len(result.get('source', {}).get('changed', []))} files changed beside it).
 Machine: {html.escape(str(m['cpu']))}, {m['cores']} cores, load average {m['loadavg_1m']:.2f}
 at start (the client shares these cores).</p>
 <table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{''.join(cells)}</table>
