@@ -72,6 +72,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from bench.common import (
@@ -435,8 +436,11 @@ class GameClient:
                 uri += "&after=" + quote(p.after, safe="")
             code = "refused"
             try:
-                _, sock = await asyncio.wait_for(loop.create_connection(
-                    lambda uri=uri: Socket(self, p, uri), self.host, self.port), 30)
+                def socket(uri: str = uri) -> Socket:
+                    return Socket(self, p, uri)
+
+                _, sock = await asyncio.wait_for(
+                    loop.create_connection(socket, self.host, self.port), 30)
                 p.sock = sock
                 code = await sock.closed
             except (OSError, TimeoutError):
@@ -623,15 +627,17 @@ class Socket(asyncio.Protocol):
         t = now()
         self.proto.receive_data(data)
         for event in self.proto.events_received():
-            if not isinstance(event, Frame):  # the handshake's response
+            if isinstance(event, Response):  # the handshake's
                 if self.proto.handshake_exc is not None:
-                    self._done(f"handshake {event.status_code}")  # type: ignore[attr-defined]
+                    self._done(f"handshake {event.status_code}")
+                continue
+            if not isinstance(event, Frame):
                 continue
             if event.opcode is Opcode.TEXT or (event.opcode is Opcode.CONT and self.parts):
                 if not event.fin:
-                    self.parts.append(event.data)
+                    self.parts.append(bytes(event.data))
                     continue
-                text = b"".join([*self.parts, event.data]) if self.parts else event.data
+                text = b"".join([*self.parts, event.data]) if self.parts else bytes(event.data)
                 self.parts = []
                 self.client.message(self.player, text, t)
         self._flush()
@@ -760,7 +766,7 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
     machine's CPU that none of ours used, during the load."""
     span = max(1e-9, loaded.t - before.t)
     per = max(1, accepted)
-    procs = []
+    procs: list[dict[str, Any]] = []
     # A process that started in the window counts from zero; one that ended in it is lost
     # (its role is named in "ended").
     roles = {**after.roles, **before.roles}
@@ -838,7 +844,7 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         elif g.status != 202:
             errors[f"{g.status} {g.error}" if g.status else str(g.error)] += 1
     offered = len(guesses) / w.duration
-    scored_in_window = sum(1 for g in scored if g.scored <= end)  # type: ignore[operator]
+    scored_in_window = sum(1 for g in scored if (g.scored or 0.0) <= end)
     lag_p99 = _ms(pct(lag, 0.99))
     late_scores = sum(1 for jid in client.early)
     return {
@@ -853,7 +859,7 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "client_kept_schedule": lag_p99 is not None and lag_p99 <= LAG_OK_MS,
         "pipelined": w.pipelined,
         "accepted": len(accepted),
-        "accepted_per_s": round(sum(1 for g in accepted if g.answered <= end)  # type: ignore[operator]
+        "accepted_per_s": round(sum(1 for g in accepted if (g.answered or 0.0) <= end)
                                 / w.duration, 1),
         "scored_per_s": round(scored_in_window / w.duration, 1),
         "scored_ok": scored_in_window / w.duration >= SCORED_OK * offered,
@@ -945,7 +951,9 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
                                    probe=snapshot)
             if progress is not None:
                 tick(w, len(w.guesses))
-            rows.append(window_figures(w, cpu_figures(*snap, w.accepted), client))
+            before, loaded, after = snap
+            rows.append(window_figures(w, cpu_figures(before, loaded, after, w.accepted),
+                                       client))
     finally:
         if client is not None:
             await client.close()
