@@ -146,7 +146,7 @@ class Lanes:
                 self._keys.lane(lane),
                 self._keys.seq(lane, seq_scope or ""),
                 self._keys.dedup(dedup_key),
-                self._keys.rate(rate_subject if rate else ""),
+                self._keys.rate(rate_subject or ""),
             ],
             [
                 jid,

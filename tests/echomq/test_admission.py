@@ -70,7 +70,8 @@ async def test_a_refused_enqueue_binds_no_dedup_key_and_takes_no_number(
 async def test_a_replay_is_answered_after_the_deadline_and_over_the_limits(
         q: echomq.Queue) -> None:
     now = await q.server_time_ms()
-    limits = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001, "rate_burst": 1}
+    limits: dict[str, Any] = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001,
+                              "rate_burst": 1}
     first = await q.lanes.submit("p", 1, seq_scope="r", deadline_ms=now + 60_000,
                                  dedup=("k", "fp", DAY_MS), **limits)
     before = await snapshot(q)
@@ -86,7 +87,8 @@ async def test_a_replay_is_answered_after_the_deadline_and_over_the_limits(
 
 async def test_the_checks_run_in_order_deadline_rate_cap(q: echomq.Queue) -> None:
     now = await q.server_time_ms()
-    limits = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001, "rate_burst": 1}
+    limits: dict[str, Any] = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001,
+                              "rate_burst": 1}
     await q.lanes.submit("p", 1, **limits)  # the bucket is empty and the lane full now
     with pytest.raises(echomq.DeadlinePassed):
         await q.lanes.submit("p", 2, deadline_ms=now - 1, **limits)
@@ -102,7 +104,7 @@ async def test_the_checks_run_in_order_deadline_rate_cap(q: echomq.Queue) -> Non
 
 async def test_the_rate_limit_allows_a_burst_then_refills_on_the_server_clock(
         q: echomq.Queue) -> None:
-    limit = {"rate_subject": "s", "rate_per_s": 20, "rate_burst": 3}
+    limit: dict[str, Any] = {"rate_subject": "s", "rate_per_s": 20, "rate_burst": 3}
     t0 = await q.server_time_ms()
     for i in range(3):
         assert (await q.lanes.submit("p", i, seq_scope="r", **limit)).seq == i

@@ -88,7 +88,7 @@ async def test_an_accepted_guess_costs_one_round_trip(config: Config) -> None:
 
 
 async def _seq_counters(game: Game) -> list[int]:
-    return sorted([int(await game.conn.get(k)) async for k in
+    return sorted([int(await game.conn.get(k) or 0) async for k in
                    game.conn.scan_iter(match=f"{game.queue.keys.prefix}seq:*")])
 
 
