@@ -17,6 +17,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import fields
@@ -91,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", parents=[common, game, scoring, serving],
                         help="the whole game on one machine")
     up.add_argument("--workers", type=int, default=None, help="ScoreWorker processes (2)")
+    up.add_argument("--web-processes", type=int, default=None,
+                    help="web server processes sharing the port (1; CODEMOJEX_WEB_PROCESSES)")
     up.add_argument("--appendfsync", choices=["always", "everysec", "no"], default=None,
                     help="the embedded Valkey's durability dial (always)")
     up.set_defaults(run=_up)
@@ -193,8 +196,34 @@ def _web(args: argparse.Namespace) -> int:
         graceful_shutdown_s=GRACEFUL_SHUTDOWN_S, access_log=args.access_log,
         log_level=args.log_level,
     ))
-    server.run()
+    if config.web_processes > 1:
+        # One of several web processes of one `up`: each binds the port with SO_REUSEPORT.
+        # Only then: a lone server must fail on a port someone else holds.
+        try:
+            listener = shared_port_socket(config.host, config.port)
+        except OSError as e:
+            raise Fatal(f"cannot listen on {config.host}:{config.port}: {e}", 1) from None
+        server.run(sockets=[listener])
+    else:
+        server.run()
     return 0 if server.started else 1
+
+
+def shared_port_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` with SO_REUSEPORT, for several processes."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -254,6 +283,8 @@ def _up(args: argparse.Namespace) -> int:
     config = config.with_(data_dir=config.data_dir.expanduser().absolute())
     if config.workers < 0:
         raise Fatal("--workers must be 0 or more")
+    if config.web_processes < 1:
+        raise Fatal("--web-processes must be 1 or more")
     valkey: EmbeddedValkey | None = None
     with _exclusive(config.data_dir):
         try:
@@ -335,6 +366,7 @@ def _supervise(config: Config, log_level: str, valkey: EmbeddedValkey | None) ->
         worker_argv=[*me, "worker", *shared],
         workers=config.workers,
         web_argv=[*me, "web", "--host", config.host, "--port", str(config.port), *shared],
+        web_processes=config.web_processes,
         health_url=f"{base}/healthz",
         on_ready=lambda sup: _banner(config, base, sup.supervisor_id, valkey is not None),
         embedded=valkey,
@@ -365,6 +397,7 @@ def _banner(config: Config, base: str, supervisor_id: str, embedded: bool) -> No
         ("valkey", valkey),
         ("database", redact(config.sql_url)),
         ("workers", f"{config.workers} (supervisor {supervisor_id})"),
+        ("web", f"{config.web_processes} process(es) on port {config.port}"),
     ]
     console = Console(soft_wrap=True, highlight=False)
     console.print("[bold green]Codemojex is up[/]")

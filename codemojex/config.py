@@ -61,6 +61,9 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 2
+    # Web processes of `up` on one port (SO_REUSEPORT: the kernel spreads connections).
+    # Each has its own hub reading every event, so every socket still gets each score once.
+    web_processes: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

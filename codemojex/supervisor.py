@@ -92,7 +92,8 @@ class Supervisor:
 
     ``worker_argv``/``web_argv`` are full command lines; each worker also gets its id in
     ``CODEMOJEX_WORKER_ID``. ``health_url`` is polled at start; ``on_ready`` runs once it
-    answers 200 (the banner). ``web_argv=None`` runs workers only.
+    answers 200 (the banner). ``web_argv=None`` runs workers only; ``web_processes`` web
+    children share one port (``SO_REUSEPORT``, set up by ``codemojex web`` itself).
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class Supervisor:
         worker_argv: Sequence[str],
         workers: int,
         web_argv: Sequence[str] | None = None,
+        web_processes: int = 1,
         health_url: str | None = None,
         on_ready: Callable[[Supervisor], None] | None = None,
         embedded: EmbeddedValkey | None = None,
@@ -114,6 +116,7 @@ class Supervisor:
         self.env = dict(env)
         self.worker_argv = list(worker_argv)
         self.web_argv = list(web_argv) if web_argv is not None else None
+        self.web_processes = web_processes
         self.initial_workers = workers
         self.health_url = health_url
         self.on_ready = on_ready
@@ -155,7 +158,8 @@ class Supervisor:
         tasks: list[asyncio.Task[None]] = []
         try:
             if self.web_argv is not None:
-                self._start_web()
+                for _ in range(self.web_processes):
+                    self._start_web()
             for _ in range(self.initial_workers):
                 self._start_worker(echomq.worker_id())
             tasks = [
