@@ -21,6 +21,7 @@ that overflows is evicted — its handler closes it with 4008 and the page resum
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -45,6 +46,7 @@ BLOCK_MS = 5_000
 READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
 READ_COUNT = 500
 REPLAY_PAGE = 1_000
+CLOSE_TIMEOUT_S = 2.0
 _MAX_ID_PART = 2**64 - 1
 
 
@@ -106,12 +108,24 @@ class Hub:
         ]
 
     async def close(self) -> None:
+        """Stop the reader and the flusher, waiting at most ``CLOSE_TIMEOUT_S`` for them.
+
+        Bounded because a cancel that lands while the client library is still setting up
+        its connection can be held there (seen on uvloop when the server failed to bind
+        right after start-up): a process that is shutting down must not hang on it.
+        """
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            _, stuck = await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S)
+            for task in stuck:
+                log.warning("hub: %s did not stop within %.0f s; leaving it",
+                            task.get_name(), CLOSE_TIMEOUT_S)
         self._tasks = []
         if self._reader is not None:
-            await self._reader.aclose()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._reader.aclose()
             self._reader = None
 
     # -- sockets --------------------------------------------------------------------------------
