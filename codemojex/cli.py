@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     scoring.add_argument("--score-delay-ms", type=int, default=None,
                          help="make every score take at least this long (a kill lands mid-score)")
     scoring.add_argument("--concurrency", type=int, default=None,
-                         help="guesses scored at once per worker process (4)")
+                         help="guesses scored at once per worker process (32)")
     scoring.add_argument("--prefetch", type=int, default=None,
                          help="guesses leased ahead of free handlers per worker process (0)")
 

@@ -42,7 +42,7 @@ class Config:
     # guess (more leases to extend, more tasks), and hold more guesses if a worker dies.
     concurrency: int = 32
     # Guesses a worker leases ahead of its free handlers. Each one sits in the worker's
-    # local buffer outside the lanes' round-robin, so an honest guess can wait behind it.
+    # local buffer outside the lanes' fair order, so an honest guess can wait behind it.
     prefetch: int = 0
     fifo: bool = False  # serve guesses from one FIFO queue instead of fair lanes
     admin_token: str | None = None

@@ -12,8 +12,8 @@ from web.errors import MAX_BODY_BYTES
 
 _ERROR_CODES = [
     "invalid_body", "invalid_guess", "unauthorized", "forbidden", "not_found", "round_closed",
-    "body_too_large", "method_not_allowed", "lane_full", "rate_limited", "idempotency_conflict",
-    "conflict", "unavailable",
+    "body_too_large", "method_not_allowed", "request_timeout", "lane_full", "rate_limited",
+    "idempotency_conflict", "conflict", "unavailable",
 ]
 
 _ID = {
@@ -126,10 +126,11 @@ _RESPONSES: dict[str, Any] = {
         404: "not_found: unknown round, job or path",
         405: "method_not_allowed",
         409: "round_closed, idempotency_conflict or conflict",
+        408: "request_timeout: the body did not arrive in time",
         413: f"body_too_large: more than {MAX_BODY_BYTES} bytes",
         429: "lane_full: too many guesses pending (accepted, not yet scored); or "
-             "rate_limited: guesses sent faster than the per-player rate (a token bucket on "
-             "the server clock); retry after Retry-After",
+             "rate_limited: guesses (or new players from one address) sent faster than the "
+             "allowed rate (a token bucket on the server clock); retry after Retry-After",
         503: "unavailable: Valkey or SQL is down; retry after Retry-After",
     }.items()
 }
@@ -165,7 +166,7 @@ _ADMIN_ERRORS = (401,)
 _PATHS: dict[str, Any] = {
     "/api/players": {"post": _op(
         "Join: create a player", {"201": _json(_ref("NewPlayer"), "the player and its token")},
-        (400, 413), body="NewPlayerBody")},
+        (400, 408, 413, 429), body="NewPlayerBody")},
     "/api/round": {"get": _op(
         "The current round", {"200": _json(_ref("Round"), "the current round")}, ())},
     "/api/rounds/{round_id}": {"get": _op(
@@ -176,7 +177,7 @@ _PATHS: dict[str, Any] = {
         "post": {**_op(
             "Submit a guess (checks in order: 401, 413, 400, 404, 409, 429)",
             {"202": _json(_ref("Accepted"), "accepted (or an idempotent replay)")},
-            (400, 401, 404, 409, 413, 429), security=_PLAYER, body="GuessBody",
+            (400, 401, 404, 408, 409, 413, 429), security=_PLAYER, body="GuessBody",
             params=[{"name": "Idempotency-Key", "in": "header", "required": False,
                      "description": "per player, kept 24 h; same body → same job_id; a "
                                     "different body → 409 idempotency_conflict",
