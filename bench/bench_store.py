@@ -51,7 +51,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.common import ROOT, embedded_server, machine
+from bench.common import ROOT, embedded_server, machine, server_cpu_seconds
 from codemojex import rules
 from codemojex.store import (
     GroupCommit,
@@ -278,6 +278,8 @@ class Drain:
     rows: int
     seconds: float
     worker_cpu_s: float
+    valkey_cpu_s: float
+    sql_cpu_s: float | None  # PostgreSQL server processes, when the cluster is ours
 
     @property
     def rate(self) -> float:
@@ -304,12 +306,15 @@ async def drain(
     concurrencies: Sequence[int],
     procs: int,
     progress: Progress,
+    sql_pid: int | None = None,
 ) -> list[Drain]:
     from codemojex.config import Config
     from codemojex.game import Game
 
     await migrate_async(sql_url)
     config = Config(valkey_url=valkey_url, database_url=sql_url, round_seconds=3600)
+    if hasattr(config, "guess_rate"):  # bulk acceptance: no per-player submission throttle
+        config = config.with_(guess_rate=0)
     game = Game.connect(config)
     out: list[Drain] = []
     try:
@@ -321,7 +326,9 @@ async def drain(
             for i in range(rows):
                 guess = list(rnd.secret) if i % 9 == 0 else [rules.DEFAULT_PALETTE[i % 8]] * 4
                 await game.submit(players[i % PLAYERS], rnd.round_id, guess)
-            out.append(await _drain_once(backend, config, game, rows, c, procs, progress, task))
+            out.append(
+                await _drain_once(backend, config, game, rows, c, procs, progress, task, sql_pid)
+            )
     finally:
         await game.close()
     return out
@@ -336,6 +343,7 @@ async def _drain_once(
     procs: int,
     progress: Progress,
     task: Any,
+    sql_pid: int | None = None,
 ) -> Drain:
     async def completed() -> int:
         return int((await game.queue.stats())["counters"].get("completed", 0))
@@ -357,11 +365,15 @@ async def _drain_once(
             await asyncio.sleep(0.005)
             done = await completed() - base
         t0, cpu0, first = time.perf_counter(), proc_cpu_seconds(pids), done
+        valkey0, sql0 = await server_cpu_seconds(game.conn), cluster_cpu_seconds(sql_pid)
         while done < rows:
             await asyncio.sleep(0.02)
             done = await completed() - base
             progress.update(task, completed=progress.tasks[task].completed)
         seconds, cpu = time.perf_counter() - t0, proc_cpu_seconds(pids) - cpu0
+        valkey = await server_cpu_seconds(game.conn) - valkey0
+        sql1 = cluster_cpu_seconds(sql_pid)
+        sql = sql1 - sql0 if sql0 is not None and sql1 is not None else None
         progress.advance(task, rows)
     finally:
         for w in workers:
@@ -372,7 +384,7 @@ async def _drain_once(
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
-    return Drain(backend, concurrency, rows - first, seconds, cpu)
+    return Drain(backend, concurrency, rows - first, seconds, cpu, valkey, sql)
 
 
 # --- output ----------------------------------------------------------------------------
@@ -404,11 +416,16 @@ def table(figures: list[Figure], commit_rate: tuple[float, float]) -> Table:
 def drain_table(drains: list[Drain], procs: int) -> Table:
     t = Table(box=box.SIMPLE_HEAVY,
               title=f"{procs} codemojex worker processes draining accepted guesses")  # fmt: skip
-    for col in ("backend", "concurrency", "scored/s", "worker CPU ms/guess (all workers)"):
+    cols = ("backend", "concurrency", "scored/s", "worker CPU ms/guess (all workers)",
+            "Valkey CPU ms/guess", "PostgreSQL CPU ms/guess")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="left" if col == "backend" else "right")
     for d in drains:
-        t.add_row(d.backend, str(d.concurrency), f"{d.rate:,.0f}",
-                  f"{1000 * d.worker_cpu_s / d.rows:.3f}")  # fmt: skip
+        t.add_row(
+            d.backend, str(d.concurrency), f"{d.rate:,.0f}",
+            f"{1000 * d.worker_cpu_s / d.rows:.3f}", f"{1000 * d.valkey_cpu_s / d.rows:.3f}",
+            "-" if d.sql_cpu_s is None else f"{1000 * d.sql_cpu_s / d.rows:.3f}",
+        )  # fmt: skip
     t.caption = "From the first completion to the last: worker start-up is left out."
     return t
 
@@ -454,7 +471,7 @@ async def main_async(args: argparse.Namespace) -> None:
                             drain_url = pg_url if cluster is None else cluster.create_database()
                             drains += await drain(
                                 pg_name, drain_url, server.url, args.drain, concurrencies,
-                                args.procs, progress,
+                                args.procs, progress, pid,
                             )  # fmt: skip
         finally:
             if cluster is not None:

@@ -5,6 +5,8 @@ measures its speed against it. Not used by the game.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import and_, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -76,7 +78,7 @@ async def _raise_round_points(conn: AsyncConnection, score: ScoreRecord) -> None
 async def _refresh_totals(conn: AsyncConnection, player_id: str) -> None:
     rp = RoundPointsRow
     paid = rp.points > 0
-    agg = (
+    agg: Any = (
         await conn.execute(
             select(
                 func.coalesce(func.sum(rp.points), 0),
