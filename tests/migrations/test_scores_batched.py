@@ -319,3 +319,50 @@ def test_batching_leaves_the_rows_one_at_a_time_writes_leave(
     # Each job is reported written exactly once, by the batch that held its first delivery.
     reported = [j for w in written for j in w]
     assert sorted(reported) == sorted({s.job_id for s in plan.deliveries})
+
+
+# --- PostgreSQL: a deadlock victim runs its batch again ---------------------------------------
+
+
+@pytest.mark.postgres
+async def test_a_batch_chosen_as_deadlock_victim_is_written_on_retry(pg_database_url: str) -> None:
+    # Another session holds the round-points row the batch must raise, then inserts the
+    # batch's own JOB id: a lock cycle. The batch waited first and checks for deadlocks
+    # after 50 ms (the other session after 1 s), so the batch is the victim — and its
+    # rerun, once the other session has rolled back, writes it.
+    from codemojex.store import migrate_async
+
+    await migrate_async(pg_database_url)
+    engine = make_engine(
+        pg_database_url, connect_args={"server_settings": {"deadlock_timeout": "50ms"}}
+    )
+    other = make_engine(pg_database_url)
+    try:
+        await _seed(engine, ["PLR_a"], ["RND_0"])
+        await record_score(engine, _score("JOB_1", "PLR_a", 5, SECRET, 500))
+        better = _score("JOB_2", "PLR_a", 1, SECRET, 100)
+        async with other.connect() as x, engine.connect() as watch:
+            await x.exec_driver_sql(
+                "SELECT 1 FROM round_points WHERE player_id = 'PLR_a' FOR UPDATE"
+            )
+            batch = asyncio.create_task(record_scores(engine, [better]))
+            while not (await watch.exec_driver_sql(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+            )).scalar_one():  # fmt: skip
+                await watch.rollback()  # a fresh snapshot of pg_locks each time
+                await asyncio.sleep(0.01)
+            # Succeeds only if the batch's first transaction was rolled back as the victim.
+            await x.exec_driver_sql(
+                "INSERT INTO scores (job_id, round_id, player_id, seq, guess, exact, near, "
+                "solved, points, accepted_at_ms, scored_at_ms, attempts, worker_id) VALUES "
+                "('JOB_2', 'RND_0', 'PLR_a', 1, '[]', 0, 0, false, 0, 1, 1, 9, 'WRK_X')"
+            )
+            await x.rollback()
+            assert await batch == {"JOB_2"}
+        assert await score_by_job(engine, "JOB_2") == better
+        assert (await _tables(engine))["totals"] == [
+            ("PLR_a", rules.points_for(1, True), 1, 100)
+        ]
+    finally:
+        await other.dispose()
+        await engine.dispose()
