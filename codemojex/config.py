@@ -64,6 +64,9 @@ class Config:
     # Web processes of `up` on one port (SO_REUSEPORT: the kernel spreads connections).
     # Each has its own hub reading every event, so every socket still gets each score once.
     web_processes: int = 1
+    # A worker touches this file every couple of seconds while its event loop runs and
+    # Valkey answers it; a container health check reads the file's age (compose.yaml).
+    health_file: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -8,7 +8,9 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import redis
 import redis.asyncio
@@ -54,6 +56,24 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) 
     finally:
         note.close()
         await conn.aclose()
+
+
+HEALTH_INTERVAL_S = 2.0
+
+
+async def _keep_health_file(game: Game, path: Path) -> None:
+    """Touch ``path`` while this worker's loop runs and Valkey answers it: a frozen loop or
+    a lost server lets the file age, which is what a health check looks at."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            async with asyncio.timeout(HEALTH_INTERVAL_S):
+                await game.conn.ping()
+        except Exception as e:  # noqa: BLE001 - unhealthy now; the file says so by ageing
+            log.debug("health: valkey did not answer: %s", e)
+        else:
+            path.write_text(f"{time.time():.3f}\n")
+        await asyncio.sleep(HEALTH_INTERVAL_S)
 
 
 async def _keep_rounds_and_floor(game: Game) -> None:
@@ -110,6 +130,8 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
             asyncio.create_task(_keep_rounds_and_floor(game)),
             asyncio.create_task(rounds.run()),
         ]
+        if config.health_file:
+            tasks.append(asyncio.create_task(_keep_health_file(game, Path(config.health_file))))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: (guesses.stop(), rounds.stop()))

@@ -224,3 +224,13 @@ def test_dockerfile_installs_the_package_with_everything_the_wheel_packs() -> No
     assert cmd is not None
     argv = json.loads(cmd[1])
     assert argv[0] == "codemojex"
+
+
+def test_every_app_service_has_a_health_check_that_reads_what_it_provides(
+        app_services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in app_services.items():
+        if svc["command"][:2] == ["codemojex", "web"]:
+            assert "/readyz" in " ".join(svc["healthcheck"]["test"]), name
+        if svc["command"][:2] == ["codemojex", "worker"]:
+            path = svc["environment"]["CODEMOJEX_HEALTH_FILE"]
+            assert path in " ".join(svc["healthcheck"]["test"]), name

@@ -116,6 +116,16 @@ async def healthz(request: Request) -> Response:
     )
 
 
+async def livez(_request: Request) -> Response:
+    """200 while this process serves requests at all; it looks at nothing else."""
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Whether this process should get traffic: Valkey and SQL answer (as ``/healthz``)."""
+    return await healthz(request)
+
+
 async def guesses(request: Request) -> Response:
     # One route for both methods, so a third method's 405 names both in Allow.
     if request.method == "POST":
@@ -131,4 +141,6 @@ routes: list[BaseRoute] = [
     Route("/api/guesses/{job_id}", guess_by_id, methods=["GET"]),
     Route("/api/leaderboard", leaderboard, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
+    Route("/livez", livez, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
 ]

@@ -194,6 +194,12 @@ _PATHS: dict[str, Any] = {
         (404,), params=[_query_param("round_id", False)])},
     "/healthz": {"get": _op(
         "Valkey and SQL answer", {"200": _json(_ref("Health"), "healthy")}, ())},
+    "/readyz": {"get": _op(
+        "Ready for traffic: Valkey and SQL answer (as /healthz)",
+        {"200": _json(_ref("Health"), "ready")}, ())},
+    "/livez": {"get": _op(
+        "The process serves requests (nothing else is checked)",
+        {"200": _json(_obj({"status": {"type": "string"}}), "alive")}, ())},
     "/metrics": {"get": _op("Prometheus metrics", {"200": {
         "description": "Prometheus text format",
         "content": {"text/plain": {"schema": {"type": "string"}}}}}, ())},
