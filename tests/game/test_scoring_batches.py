@@ -32,6 +32,7 @@ async def test_handlers_scoring_at_once_share_commits_and_count_each_guess_once(
                                worker_id="WRK_batch", source="lanes")  # fmt: skip
     task = asyncio.create_task(consumer.run())
     try:
+
         async def all_completed() -> bool:
             infos = [await game.queue.jobs.get(j) for j in jobs]
             return all(i is not None and i.state == "completed" for i in infos)

@@ -360,9 +360,7 @@ async def test_a_batch_chosen_as_deadlock_victim_is_written_on_retry(pg_database
             await x.rollback()
             assert await batch == {"JOB_2"}
         assert await score_by_job(engine, "JOB_2") == better
-        assert (await _tables(engine))["totals"] == [
-            ("PLR_a", rules.points_for(1, True), 1, 100)
-        ]
+        assert (await _tables(engine))["totals"] == [("PLR_a", rules.points_for(1, True), 1, 100)]
     finally:
         await other.dispose()
         await engine.dispose()
