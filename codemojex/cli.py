@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-format", default=None, choices=["text", "json"],
+                        help="text for people, json (one object a line) for log pipelines "
+                             "(text; CODEMOJEX_LOG_FORMAT)")
     common.add_argument("--data-dir", type=Path, default=None,
                         help="Valkey's AOF, the SQLite file, the admin token (./.codemojex)")
     common.add_argument("--database-url", default=None,
@@ -120,13 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname).1s %(name)s[%(process)d] %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    for noisy in ("httpx", "httpcore", "alembic.runtime.plugins"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    from codemojex.logs import configure
+
+    fmt = getattr(args, "log_format", None) or os.environ.get("CODEMOJEX_LOG_FORMAT", "text")
+    if fmt not in ("text", "json"):
+        print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}",
+              file=sys.stderr)
+        sys.exit(2)
+    configure(args.log_level, fmt)
     try:
         code = args.run(args)
     except Fatal as e:
@@ -305,7 +309,7 @@ def _up(args: argparse.Namespace) -> int:
             config = config.with_(database_url=config.sql_url)
             _migrate_or_fail(config.sql_url)
             config = config.with_(admin_token=config.resolve_admin_token())
-            return _supervise(config, args.log_level, valkey)
+            return _supervise(config, args.log_level, valkey, args.log_format)
         except KeyboardInterrupt:  # a signal before the supervisor took over
             print("codemojex: stopped", file=sys.stderr)
             return 0
@@ -353,11 +357,14 @@ def _migrate_or_fail(url: str) -> None:
         raise Fatal(f"migrating {redact(url)} failed: {type(e).__name__}: {e}", 1) from None
 
 
-def _supervise(config: Config, log_level: str, valkey: EmbeddedValkey | None) -> int:
+def _supervise(config: Config, log_level: str, valkey: EmbeddedValkey | None,
+               log_format: str | None = None) -> int:
     from codemojex.supervisor import Supervisor
 
     me = [sys.executable, "-m", "codemojex"]
     shared = ["--data-dir", str(config.data_dir), "--log-level", log_level]
+    if log_format is not None:
+        shared += ["--log-format", log_format]
     probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.host, config.host)
     base = f"http://{_bracket(probe)}:{config.port}"
     supervisor = Supervisor(

@@ -194,7 +194,7 @@ class Supervisor:
                                                          "CODEMOJEX_WORKER_ID": worker_id}),
                       worker_id=worker_id)
         self.children.append(child)
-        log.info("started %s", child.name)
+        log.info("started %s", child.name, extra={"worker_id": worker_id})
         self._later(control.remember_worker(self._redis(), worker_id))
 
     def _watch(self) -> None:
@@ -217,7 +217,8 @@ class Supervisor:
             delay = (min(previous * 2, MAX_RESTART_DELAY_S)
                      if previous is not None and lived < QUICK_DEATH_S else self.restart_delay)
             self._backoff[child.role] = delay
-            log.warning("%s %s after %.1fs; restarting in %.1fs", child.name, reason, lived, delay)
+            log.warning("%s %s after %.1fs; restarting in %.1fs", child.name, reason, lived, delay,
+                        extra={"worker_id": child.worker_id})
             if child.worker_id is not None:
                 self._later(control.record_exit(self._redis(), child.worker_id, reason,
                                                 child.proc.pid))

@@ -50,6 +50,9 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) 
                     holding = [c.job_id for c in consumer.running]
                     with contextlib.suppress(redis.RedisError, OSError):
                         control.record_killed_sync(note, worker_id, holding)
+                    log.warning("kill order: dying now, scoring %s", ",".join(holding) or
+                                "nothing", extra={"worker_id": worker_id,
+                                                  "job_id": holding[0] if holding else None})
                     os.kill(os.getpid(), signal.SIGKILL)
             except echomq.consumer.TRANSIENT:
                 await asyncio.sleep(1)
@@ -135,7 +138,8 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: (guesses.stop(), rounds.stop()))
-        log.info("worker %s (pid %d) scoring", worker_id, os.getpid())
+        log.info("worker %s (pid %d) scoring", worker_id, os.getpid(),
+                 extra={"worker_id": worker_id})
         await guesses.run()
     finally:
         rounds.stop()

@@ -18,11 +18,11 @@ full path, query string included (``/ws?token=…``), so its loggers get
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 import uvicorn
 
+from codemojex.logs import redact
 from web.errors import MAX_BODY_BYTES
 
 WS_IMPL = "websockets-sansio"  # uvicorn's "websockets" is websockets.legacy: deprecated
@@ -30,14 +30,7 @@ WS_MAX_FRAME_BYTES = 4 * MAX_BODY_BYTES
 WS_PING_INTERVAL_S = 20.0
 GRACEFUL_SHUTDOWN_S = 5
 
-_CREDENTIAL = re.compile(r"((?:^|[?&\s\"'])(?:token|access_token)=)[^&\s\"']+", re.IGNORECASE)
-_BEARER = re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
-
-
-def redact(text: str) -> str:
-    """``text`` with query-string tokens and bearer credentials replaced by ``…``."""
-    return _BEARER.sub(r"\1…", _CREDENTIAL.sub(r"\1…", text))
 
 
 class RedactCredentials(logging.Filter):

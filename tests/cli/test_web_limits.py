@@ -68,8 +68,9 @@ async def _close_code_after_sending(url: str, text: str) -> int | None:
 def test_frames_over_the_cap_close_1009_and_cost_the_server_no_memory(
         start_up: Callable[..., Up]) -> None:
     up = start_up("--workers", "0")
-    token = _player(up, "framer")
-    url = f"ws://127.0.0.1:{up.port}/ws?token={token}"
+    # One player per socket: a player may hold only a few sockets at once.
+    urls = [f"ws://127.0.0.1:{up.port}/ws?token={_player(up, f'framer{i}')}" for i in range(21)]
+    url = urls[20]
     web = _web_pid(up)
 
     async def attack() -> tuple[list[str], int | None, list[int | None], float]:
@@ -81,7 +82,7 @@ def test_frames_over_the_cap_close_1009_and_cost_the_server_no_memory(
         assert 20 * 1024 < WS_MAX_FRAME_BYTES
         before = _rss_mb(web)
         codes = await asyncio.gather(*(
-            _close_code_after_sending(url, "x" * (15 * MIB)) for _ in range(20)))
+            _close_code_after_sending(u, "x" * (15 * MIB)) for u in urls[:20]))
         return extensions, app_code, list(codes), _rss_mb(web) - before
 
     extensions, app_code, codes, grown_mb = asyncio.run(attack())
