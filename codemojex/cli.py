@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}",
               file=sys.stderr)
         sys.exit(2)
-    configure(args.log_level, fmt)
+    configure(args.log_level, "json" if fmt == "json" else "text")
     try:
         code = args.run(args)
     except Fatal as e:
