@@ -750,7 +750,7 @@ class Consumer:
                     pause_ms = max(self.reap_interval_ms * random.uniform(0.8, 1.0),
                                    min(sweep.wait_ms + 2, self.lapse_ms))
                 else:
-                    pause_ms = sweep.wait_ms + random.uniform(1, 20)
+                    pause_ms = max(10, sweep.wait_ms) + random.uniform(1, 20)
             except Exception as e:  # noqa: BLE001 - any error: try again next interval
                 trouble.note(e)
                 pause_ms = self.reap_interval_ms
