@@ -166,7 +166,6 @@ class _Done:
     token: int
     result: bytes
     fut: asyncio.Future[bool]
-    give_up: float  # loop time past which the lease has surely run out
 
 
 class Consumer:
@@ -239,6 +238,10 @@ class Consumer:
         self._running: dict[_Key, asyncio.Task[Any]] = {}
         self._lost: set[_Key] = set()
         self._finishing: set[_Key] = set()  # completion queued or in flight
+        # Finished jobs whose outcome (complete or fail) met an error and is being retried,
+        # with the loop time past which it is given up: the lease keeper renews these (the
+        # outcome may take a while), and each renewal moves the give-up time on.
+        self._stuck: dict[_Key, float] = {}
         self._room = asyncio.Event()
         self._kick = asyncio.Event()  # our reaper moved jobs: claim now, do not park
         self._busy = asyncio.Event()  # the claimer took jobs: beat at the busy cadence
@@ -536,41 +539,50 @@ class Consumer:
         text = f"{type(error).__name__}: {error}"[:2000]
         backoff = _Backoff()
         trouble = _Trouble(f"fail of {claim.job_id}")
-        loop = asyncio.get_running_loop()
-        # Past its lease the job is the reaper's: a fail sent later could only be stale.
-        give_up = loop.time() + self.lease_ms / 1000
-        while True:
-            try:
-                outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text, retry_in)
-                break
-            except Exception as e:  # noqa: BLE001 - any error: retry within the lease
-                if loop.time() >= give_up:
-                    log.warning("job %s: could not record its failure within its lease (%s);"
-                                " left to the reaper", claim.job_id, e)
-                    self.stale += 1
-                    return
-                trouble.note(e)
-                await backoff.sleep()
+        key = _key(claim)
+        try:
+            while True:
+                try:
+                    outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text,
+                                                         retry_in)
+                    break
+                except Exception as e:  # noqa: BLE001 - any error: retry within the lease
+                    if self._give_up(key):
+                        log.warning("job %s: could not record its failure within its lease"
+                                    " (%s); left to the reaper", claim.job_id, e)
+                        self.stale += 1
+                        return
+                    trouble.note(e)
+                    await backoff.sleep()
+        finally:
+            self._stuck.pop(key, None)
         if outcome == "stale":
             self.stale += 1
         else:
             self.failed += 1
         log.info("job %s failed (%s): %s", claim.job_id, outcome, text)
 
+    def _give_up(self, key: _Key) -> bool:
+        """Note that ``key``'s outcome met an error; True once its lease has surely run out
+        (no renewal for ``lease_ms``): the job is the reaper's, and a late call would only
+        be stale."""
+        now = asyncio.get_running_loop().time()
+        return now >= self._stuck.setdefault(key, now + self.lease_ms / 1000)
+
     async def _complete(self, claim: Claim, encoded: bytes) -> bool:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        # From here on the lease keeper leaves the job alone: an extend racing the
-        # completion on another connection would report a lease "lost" that was simply
-        # finished.
+        # From here on the lease keeper leaves the job alone (unless its completion gets
+        # stuck): an extend racing the completion on another connection would be refused
+        # for a lease that was simply finished.
         self._finishing.add(_key(claim))
-        give_up = loop.time() + self.lease_ms / 1000
-        self._outbox.append(_Done(claim.job_id, claim.token, encoded, fut, give_up))
+        self._outbox.append(_Done(claim.job_id, claim.token, encoded, fut))
         self._outbox_ready.set()
         try:
             return await fut
         finally:
             self._finishing.discard(_key(claim))
+            self._stuck.pop(_key(claim), None)
 
     async def _flush_loop(self) -> None:
         """Send finished jobs' completions in pipelined batches: whatever piled up while
@@ -579,9 +591,9 @@ class Consumer:
         A batch that errs is sent again (complete is idempotent for its own token, so the
         jobs it did complete report True again); after a server error (not a broken
         connection) each item goes alone, so one bad item cannot hold the others back.
-        An item not through within its job's lease is given up: the job is the
-        reaper's, and the completion would be stale anyway."""
-        loop = asyncio.get_running_loop()
+        Meanwhile the lease keeper renews the stuck jobs' leases; an item whose lease
+        could not be renewed for ``lease_ms`` is given up: the job is the reaper's, and
+        the completion would be stale anyway."""
         backoff = _Backoff()
         trouble = _Trouble("complete")
         while True:
@@ -609,7 +621,7 @@ class Consumer:
                     if isinstance(verdict, BaseException):
                         trouble.note(verdict)
                         alone = alone or not isinstance(verdict, TRANSIENT)
-                        if loop.time() >= d.give_up:
+                        if self._give_up((d.job_id, d.token)):
                             log.warning("job %s: completion not through within its lease;"
                                         " left to the reaper", d.job_id)
                             d.fut.set_result(False)
@@ -647,14 +659,19 @@ class Consumer:
                 await asyncio.wait_for(self._closing.wait(), pause)
 
     async def _keep_leases(self) -> None:
-        held = [c for k, c in self._held.items() if k not in self._finishing]
+        # Running and waiting jobs, and finished ones whose outcome is stuck on errors
+        # (their verdicts never count as lost: the outcome itself may just have landed).
+        held = [c for k, c in self._held.items() if k not in self._finishing or k in self._stuck]
         if not held:
             return
         verdicts = await self.queue.jobs.extend_many(
             [(c.job_id, c.token) for c in held], self.lease_ms
         )
+        renewed_until = asyncio.get_running_loop().time() + self.lease_ms / 1000
         for claim, ok in zip(held, verdicts, strict=True):
             key = _key(claim)
+            if ok and key in self._stuck:
+                self._stuck[key] = renewed_until
             if not ok and key in self._held and key not in self._lost | self._finishing:
                 self.lost += 1
                 self._lost.add(key)

@@ -107,7 +107,7 @@ async def test_a_readonly_spell_kills_no_loop(
         await asyncio.sleep(0.05)
 
     ids = [await q.lanes.enqueue(f"l{i % 5}", i) for i in range(300)]
-    c = echomq.Consumer(q, handler, lease_ms=1_500, lapse_ms=1_200, concurrency=4,
+    c = echomq.Consumer(q, handler, lease_ms=4_000, lapse_ms=1_200, concurrency=4,
                         reap_interval_ms=100)
     task = asyncio.create_task(c.run())
     await wait_for(lambda: completed(q, 20))
