@@ -10,7 +10,12 @@ Semantics, plainly:
 * **Fencing.** Every claim increments the job's ``attempts``; that number is the token.
   complete / fail / extend / release with any other token, or on a job that is not
   active, change nothing and say so (False / "stale"). A presumed-dead worker's late
-  completion is a no-op.
+  completion is a no-op. ``attempts`` counts deliveries: a release leaves it (the job is
+  pending, so the old token is refused by state) and the next claim carries token + 1. A
+  completion repeated with its own token (a batch re-sent after a lost reply) says True
+  again and counts nothing twice.
+* **Arguments are checked first.** A wrong type (``TypeError``) or a value out of range
+  (``ValueError``) at any public call is refused before anything is sent.
 * **One script per transition.** Row, sets, counters and the event move together in one
   Lua script, or not at all; no script writes before its last check that can fail.
 * **Server clock only.** Leases, due times and reaping are judged on Valkey's ``TIME``.
@@ -22,10 +27,15 @@ Semantics, plainly:
   that was empty when its job arrived first (one job per activation), the lanes that stay
   non-empty round-robin, the two alternating; neither kind starves (bounds in claims in
   ``q.lanes``' docstring), so a lane with 100,000 jobs cannot starve a lane with one.
-* **Retries** back off exponentially (0.5 s × 2^(failures−1), ±20 %, capped at 60 s)
+* **Retries** back off exponentially (0.5 s × 2^(failures−1), ±20 %, capped at 60 s
+  jitter included)
   through ``scheduled``; a job out of deliveries (failures + lease expiries reach
   ``max_attempts``, default 5) goes to ``dead`` with its reason.
-* **No busy-polling.** Idle consumers park on the wake key with BLPOP.
+* **No busy-polling.** Idle consumers park on the wake key with BLPOP, beat rarely, and
+  one reaper per queue (under a ``SET NX PX`` lock) reaps when something can come due:
+  an idle consumer sends under one command a second.
+* **Errors are survived.** A consumer's loops ride out any server error (``OOM``,
+  ``READONLY``, a lost connection) with backoff; a result JSON cannot carry fails its job.
 """
 
 from __future__ import annotations
