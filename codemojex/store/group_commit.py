@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from codemojex.store._sqlite_writer import writer_lock
 from codemojex.store.records import ScoreRecord
 from codemojex.store.scores import record_scores
 
@@ -83,9 +84,12 @@ class GroupCommit:
     async def _flush(self) -> None:
         try:
             while self._pending:
-                batch = self._take()
-                if batch:
-                    await self._commit(batch)
+                # The batch is taken once the writer lock is ours (SQLite: see
+                # _sqlite_writer): what arrives while another process commits joins it.
+                async with writer_lock(self.engine):
+                    batch = self._take()
+                    if batch:
+                        await self._commit(batch)
         except BaseException:
             # Cancelled (the loop is going away): nobody will write what is pending.
             for _, future in self._pending:

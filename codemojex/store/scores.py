@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from codemojex.store._sql import dump_list, load_list
+from codemojex.store._sqlite_writer import writer_lock
 from codemojex.store.models import ScoreRow
 from codemojex.store.records import ScoreRecord
 
@@ -122,8 +123,10 @@ async def _write_sqlite(
 ) -> set[str]:
     """The batch on SQLite, straight on the aiosqlite connection: one trip to its thread per
     statement (``execute_fetchall``) instead of four through SQLAlchemy's cursor adapter —
-    six trips per batch in all. Errors come out as SQLAlchemy's, as on the usual path."""
-    async with engine.connect() as conn:
+    six trips per batch in all. Errors come out as SQLAlchemy's, as on the usual path.
+    Score writers of one file take turns on a kernel lock first (see ``_sqlite_writer``)
+    rather than in SQLite's sleeping busy handler."""
+    async with writer_lock(engine), engine.connect() as conn:
         db = (await conn.get_raw_connection()).driver_connection
         assert db is not None
 

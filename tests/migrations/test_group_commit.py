@@ -140,3 +140,73 @@ async def test_close_waits_for_the_batch_in_flight_then_refuses(engine: AsyncEng
     with pytest.raises(GroupCommitClosed):
         await group.write(_score("JOB_9", "PLR_a", 9, True))
     await group.close()  # idempotent
+
+
+# --- SQLite: score writers of one file take turns on a kernel lock ----------------------------
+
+
+async def _sqlite_engine(url: str) -> AsyncEngine:
+    from codemojex.store import migrate_async
+
+    await migrate_async(url)
+    return make_engine(url)
+
+
+async def test_sqlite_score_writers_take_turns_on_the_lock_file(sqlite_database_url: str) -> None:
+    import fcntl
+    import os
+
+    engine = await _sqlite_engine(sqlite_database_url)
+    # Another process's writer, as far as flock is concerned: its own open file description.
+    other = os.open(f"{engine.url.database}-scorer.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        await _seed(engine, ["PLR_a"])
+        fcntl.flock(other, fcntl.LOCK_EX)
+        group = GroupCommit(engine)
+        first = asyncio.create_task(group.write(_score("JOB_1", "PLR_a", 0, False)))
+        await asyncio.sleep(0.2)
+        assert not first.done()  # waiting its turn, not in SQLite's busy handler
+        later = [asyncio.create_task(group.write(_score(f"JOB_{i}", "PLR_a", i, False)))
+                 for i in (2, 3)]  # fmt: skip
+        await asyncio.sleep(0)
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert await asyncio.gather(first, *later) == [True, True, True]
+        assert group.batches == 1  # what arrived while it waited went in the same commit
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # and it let go
+    finally:
+        os.close(other)
+        await engine.dispose()
+
+
+async def test_a_stuck_lock_holder_delays_sqlite_score_writes_no_longer_than_busy_timeout(
+    sqlite_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+    import os
+
+    from codemojex.store import _sqlite_writer
+
+    monkeypatch.setattr(_sqlite_writer, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    engine = await _sqlite_engine(sqlite_database_url)
+    other = os.open(f"{engine.url.database}-scorer.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        await _seed(engine, ["PLR_a"])
+        fcntl.flock(other, fcntl.LOCK_EX)
+        # The holder never lets go: after the busy timeout the write goes ahead without the
+        # lock (SQLite's own locking still keeps it correct).
+        assert await GroupCommit(engine).write(_score("JOB_1", "PLR_a", 0, True)) is True
+        fcntl.flock(other, fcntl.LOCK_UN)
+        # The lock thread still got the lock once it was free, and handed it straight back.
+        for _ in range(100):
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the writer lock was never handed back")
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert await GroupCommit(engine).write(_score("JOB_2", "PLR_a", 1, False)) is True
+    finally:
+        os.close(other)
+        await engine.dispose()
