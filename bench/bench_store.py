@@ -387,6 +387,106 @@ async def _drain_once(
     return Drain(backend, concurrency, rows - first, seconds, cpu, valkey, sql)
 
 
+# --- write latency: two processes writing through GroupCommit, open loop ---------------------
+
+
+async def latency_child(url: str, rate: float, seconds: float, tag: str) -> dict[str, Any]:
+    """One writer process: ``rate`` guesses/s offered on a fixed schedule (open loop) to a
+    GroupCommit; each write's latency runs from its scheduled time to its commit."""
+    engine = make_engine(url)
+    group = GroupCommit(engine)
+    guesses = Guesses()
+    guesses.n = int(tag) * 10**9  # JOB ids of their own
+    records = guesses.make("RND_001", int(rate * seconds))
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def one(record: ScoreRecord, due: float) -> None:
+        await group.write(record)
+        latencies.append(loop.time() - due)
+
+    try:
+        await record_scores(engine, guesses.make("RND_000", 8))  # connect, prepare
+        cpu0, start = time.process_time(), loop.time()
+        tasks = []
+        for i, record in enumerate(records):
+            due = start + i / rate
+            if due > loop.time():
+                await asyncio.sleep(due - loop.time())
+            tasks.append(asyncio.create_task(one(record, due)))
+        await asyncio.gather(*tasks)
+        cpu = time.process_time() - cpu0
+        await group.close()
+    finally:
+        await engine.dispose()
+    latencies.sort()
+    return {
+        "n": len(latencies),
+        "p50": latencies[len(latencies) // 2],
+        "p99": latencies[int(len(latencies) * 0.99)],
+        "max": latencies[-1],
+        "cpu_s": cpu,
+        "batch": group.records / max(group.batches, 1),
+    }
+
+
+@dataclass
+class Latency:
+    backend: str
+    rate: float
+    children: list[dict[str, Any]]
+
+
+async def latency(
+    backend: str, url: str, rates: Sequence[float], procs: int, seconds: float,
+    progress: Progress,
+) -> list[Latency]:
+    import json
+
+    await migrate_async(url)
+    engine = make_engine(url)
+    try:
+        await seed(engine, 2)
+    finally:
+        await engine.dispose()
+    out = []
+    task = progress.add_task(f"{backend} write latency", total=len(rates))
+    for k, rate in enumerate(rates):
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.bench_store", "--latency-child", url,
+                str(rate / procs), str(seconds), str(k * procs + i + 1),
+                cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+            )
+            for i in range(procs)
+        ]  # fmt: skip
+        results = [json.loads((await c.communicate())[0]) for c in children]
+        out.append(Latency(backend, rate, results))
+        progress.advance(task)
+    return out
+
+
+def latency_table(rows: list[Latency], procs: int, seconds: float) -> Table:
+    t = Table(box=box.SIMPLE_HEAVY, title=(
+        f"GroupCommit write latency: {procs} processes, open loop, {seconds:.0f} s per rate"
+    ))  # fmt: skip
+    for col in ("backend", "offered/s", "p50 ms", "p99 ms", "max ms", "CPU ms/guess",
+                "mean batch"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "backend" else "right")
+    for r in rows:
+        n = sum(c["n"] for c in r.children)
+        t.add_row(
+            r.backend, f"{r.rate:,.0f}",
+            f"{1000 * max(c['p50'] for c in r.children):.1f}",
+            f"{1000 * max(c['p99'] for c in r.children):.1f}",
+            f"{1000 * max(c['max'] for c in r.children):.1f}",
+            f"{1000 * sum(c['cpu_s'] for c in r.children) / n:.3f}",
+            f"{sum(c['batch'] for c in r.children) / len(r.children):.1f}",
+        )  # fmt: skip
+    t.caption = "Latency: scheduled time -> commit; the worse of the processes' percentiles."
+    return t
+
+
 # --- output ----------------------------------------------------------------------------
 
 
@@ -440,6 +540,7 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     figures: list[Figure] = []
     drains: list[Drain] = []
+    latencies: list[Latency] = []
     with tempfile.TemporaryDirectory(prefix="cmx-bench-store-") as tmp:
         commit_rate = sqlite_commit_rate(Path(tmp) / "raw.db")
         cluster = None
@@ -458,6 +559,18 @@ async def main_async(args: argparse.Namespace) -> None:
                     if pg_url is not None:
                         figures += await run_backend(
                             pg_name, pg_url, args.rows, batches, args.writers, progress, pid
+                        )
+                if args.latency:
+                    rates = [float(r) for r in args.latency.split(",") if r]
+                    (Path(tmp) / "latency").mkdir()
+                    latencies += await latency(
+                        "sqlite", sqlite_url(Path(tmp) / "latency"), rates, args.procs,
+                        args.latency_seconds, progress,
+                    )  # fmt: skip
+                    if pg_url is not None:
+                        lat_url = pg_url if cluster is None else cluster.create_database()
+                        latencies += await latency(
+                            pg_name, lat_url, rates, args.procs, args.latency_seconds, progress
                         )
                 if args.drain:
                     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
@@ -480,6 +593,8 @@ async def main_async(args: argparse.Namespace) -> None:
         console.print(table(figures, commit_rate))
     if drains:
         console.print(drain_table(drains, args.procs))
+    if latencies:
+        console.print(latency_table(latencies, args.procs, args.latency_seconds))
 
 
 def start_cluster() -> tuple[Any, str | None, int | None]:
@@ -508,16 +623,30 @@ def main() -> None:
         type=int,
         default=0,
         metavar="N",
-        help="also drain N accepted guesses with codemojex worker processes",
+        help="also drain N accepted guesses with codemojex worker processes "
+        f"(at most {100 * PLAYERS:,}: the lane cap is 100 per player)",
     )
-    p.add_argument("--drain-only", action="store_true", help="only the worker drain")
+    p.add_argument("--drain-only", action="store_true",
+                   help="only --drain and --latency, not the batch-size table")
+    p.add_argument("--latency", default="", metavar="RATES",
+                   help="also GroupCommit write latency at these offered rates (e.g. 300,1000)")
+    p.add_argument("--latency-seconds", type=float, default=5.0, help="per rate (5)")
+    p.add_argument("--latency-child", nargs=4, help=argparse.SUPPRESS)
     p.add_argument(
         "--concurrency",
         default="4,16,32,64",
         help="handler concurrencies for --drain (default 4,16,32,64)",
     )
     p.add_argument("--procs", type=int, default=2, help="worker processes for --drain (2)")
-    asyncio.run(main_async(p.parse_args()))
+    args = p.parse_args()
+    if args.latency_child:
+        import json
+
+        url, rate, seconds, tag = args.latency_child
+        result = asyncio.run(latency_child(url, float(rate), float(seconds), tag))
+        print(json.dumps(result))
+        return
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
