@@ -438,7 +438,11 @@ class Latency:
 
 
 async def latency(
-    backend: str, url: str, rates: Sequence[float], procs: int, seconds: float,
+    backend: str,
+    url: str,
+    rates: Sequence[float],
+    procs: int,
+    seconds: float,
     progress: Progress,
 ) -> list[Latency]:
     import json
@@ -626,10 +630,17 @@ def main() -> None:
         help="also drain N accepted guesses with codemojex worker processes "
         f"(at most {100 * PLAYERS:,}: the lane cap is 100 per player)",
     )
-    p.add_argument("--drain-only", action="store_true",
-                   help="only --drain and --latency, not the batch-size table")
-    p.add_argument("--latency", default="", metavar="RATES",
-                   help="also GroupCommit write latency at these offered rates (e.g. 300,1000)")
+    p.add_argument(
+        "--drain-only",
+        action="store_true",
+        help="only --drain and --latency, not the batch-size table",
+    )
+    p.add_argument(
+        "--latency",
+        default="",
+        metavar="RATES",
+        help="also GroupCommit write latency at these offered rates (e.g. 300,1000)",
+    )
     p.add_argument("--latency-seconds", type=float, default=5.0, help="per rate (5)")
     p.add_argument("--latency-child", nargs=4, help=argparse.SUPPRESS)
     p.add_argument(
