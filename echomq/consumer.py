@@ -49,6 +49,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import checks
 from .codec import text
 from .errors import Retry
 from .ids import worker_id as mint_worker_id
@@ -189,6 +190,19 @@ class Consumer:
         reaper: bool = True,
         meta: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        if not isinstance(queue, Queue):
+            raise TypeError(f"queue must be an echomq.Queue, got {type(queue).__name__}")
+        if not callable(handler):
+            raise TypeError("handler must be an async callable taking a Claim")
+        for name, value in (("lease_ms", lease_ms), ("concurrency", concurrency),
+                            ("batch", batch), ("prefetch", prefetch), ("lapse_ms", lapse_ms),
+                            ("reap_interval_ms", reap_interval_ms),
+                            ("park_max_ms", park_max_ms),
+                            ("idle_heartbeat_ms", idle_heartbeat_ms)):
+            checks.integer(name, value)
+        checks.optional_integer("heartbeat_ms", heartbeat_ms, at_least=1)
+        checks.optional_integer("grace_ms", grace_ms, at_least=0)
+        checks.optional_name("worker_id", worker_id)
         if concurrency < 1 or batch < 1 or lease_ms < 100 or prefetch < 0:
             raise ValueError("concurrency and batch must be >= 1, prefetch >= 0, "
                              "lease_ms >= 100")

@@ -189,3 +189,22 @@ def test_a_float_attempts_is_refused_before_it_reaches_a_row() -> None:
         with pytest.raises(TypeError, match="attempts must be an int"):
             await q.jobs.enqueue("x", attempts=1.0)  # type: ignore[arg-type]
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("bad", [
+    {"lease_ms": 1000.0}, {"concurrency": "2"}, {"batch": None}, {"prefetch": 1.5},
+    {"lapse_ms": True}, {"heartbeat_ms": 0.5}, {"park_max_ms": "5"}, {"grace_ms": -1},
+    {"worker_id": 7}, {"worker_id": ""}, {"reap_interval_ms": 0}, {"concurrency": 0},
+    {"source": "queue"},
+])
+def test_a_consumer_refuses_a_wrong_setting(bad: dict[str, Any]) -> None:
+    q = echomq.Queue(None, "never-sent")
+    with pytest.raises((TypeError, ValueError)):
+        echomq.Consumer(q, lambda claim: asyncio.sleep(0), **bad)
+
+
+def test_a_consumer_refuses_what_is_not_a_queue_or_a_handler() -> None:
+    with pytest.raises(TypeError):
+        echomq.Consumer("guesses", lambda claim: asyncio.sleep(0))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        echomq.Consumer(echomq.Queue(None, "q"), None)  # type: ignore[arg-type]
