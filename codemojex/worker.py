@@ -14,6 +14,7 @@ from pathlib import Path
 
 import redis
 import redis.asyncio
+from sqlalchemy.exc import SQLAlchemyError
 
 import echomq
 from codemojex import control, crashpoints
@@ -24,15 +25,17 @@ from codemojex.score_worker import ScoreWorker
 log = logging.getLogger("codemojex.worker")
 
 
-async def _until_valkey(game: Game) -> None:
-    """Valkey may be down at start: retry with backoff instead of dying."""
+async def _until_ready(game: Game) -> None:
+    """Valkey or SQL may be down at start (``rounds.ensure`` needs both): retry with
+    backoff instead of dying."""
     delay = 0.1
     while True:
         try:
             await game.rounds.ensure()
             return
-        except echomq.consumer.TRANSIENT as e:
-            log.warning("valkey unavailable (%s); retrying in %.1fs", e, delay)
+        except (*echomq.consumer.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
+            log.warning("valkey or sql unavailable (%s: %s); retrying in %.1fs",
+                        type(e).__name__, e, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -125,7 +128,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     assert config.valkey_url
     tasks: list[asyncio.Task[None]] = []
     try:
-        await _until_valkey(game)
+        await _until_ready(game)
         with contextlib.suppress(*echomq.consumer.TRANSIENT):
             await control.remember_worker(game.conn, worker_id)
         tasks = [
@@ -136,8 +139,13 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         if config.health_file:
             tasks.append(asyncio.create_task(_keep_health_file(game, Path(config.health_file))))
         loop = asyncio.get_running_loop()
+
+        def stop_both() -> None:
+            guesses.stop()
+            rounds.stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: (guesses.stop(), rounds.stop()))
+            loop.add_signal_handler(sig, stop_both)
         log.info("worker %s (pid %d) scoring", worker_id, os.getpid(),
                  extra={"worker_id": worker_id})
         await guesses.run()
