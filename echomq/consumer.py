@@ -502,9 +502,15 @@ class Consumer:
                 log.exception("job %s: unexpected error; left to its lease", claim.job_id)
                 self._forget(claim)
 
+    async def _call(self, claim: Claim) -> Any:
+        # A handler may return any awaitable (a coroutine, a future); a task needs a
+        # coroutine, so it runs this one.
+        return await self.handler(claim)
+
     async def _process(self, claim: Claim) -> None:
         key = _key(claim)
-        task = asyncio.create_task(self.handler(claim), name=f"handler-{claim.job_id}")
+        task: asyncio.Task[Any] = asyncio.create_task(
+            self._call(claim), name=f"handler-{claim.job_id}")
         self._running[key] = task
         try:
             try:
@@ -801,11 +807,11 @@ class Consumer:
         for key, task in list(self._running.items()):
             if task.done():
                 continue  # finished in time: its completion (or failure) is on its way
-            claim = self._held.get(key)
+            held = self._held.get(key)
             self._lost.add(key)  # our handler must not count any more
             task.cancel()
-            if claim is not None:
-                await self._release(claim)
+            if held is not None:
+                await self._release(held)
         # Let the finished jobs' completions land before the flusher is cancelled.
         deadline = asyncio.get_running_loop().time() + 10
         while self._running and asyncio.get_running_loop().time() < deadline:
