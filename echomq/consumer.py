@@ -352,6 +352,11 @@ class Consumer:
         backoff = _Backoff()
         trouble = _Trouble("claim")
         unsure = False  # a claim broke in flight: the server may have leased us jobs anyway
+        # The last claim brought suspects (jobs whose holder died): more are likely next
+        # in line, and all but one of a batch would only be released again, so claim one
+        # at a time until a claim comes back clean. (With 32 slots, a kill storm's reaped
+        # jobs were otherwise leased and released about six times each.)
+        careful = False
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
             room = self.concurrency + self.prefetch - len(self._held)
@@ -359,7 +364,7 @@ class Consumer:
                 self._room.clear()
                 await self._until(self._room.wait())
                 continue
-            asked = min(room, self.batch)
+            asked = 1 if careful else min(room, self.batch)
             self._kick.clear()
             try:
                 if unsure:
@@ -375,6 +380,7 @@ class Consumer:
                 continue
             if got.claims:
                 self._busy.set()
+                careful = any(c.stalls for c in got.claims)
             kept, extra = self._split(got.claims)
             if extra:
                 # Handed back before the kept ones may start: a kept job that kills this

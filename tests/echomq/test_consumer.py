@@ -364,3 +364,26 @@ async def test_only_a_job_whose_holder_died_travels_alone(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_after_a_batch_of_suspects_the_consumer_claims_one_at_a_time(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    # Six jobs whose holder died, on six lanes: each must run alone. A consumer with free
+    # slots would lease them all on every claim and hand back all but one, over and over;
+    # once a claim brought suspects it asks for one job at a time instead.
+    stalled = [await q.lanes.enqueue(f"s{i}", i) for i in range(6)]
+    assert len((await q.lanes.claim_many("w-dying", 100, 6)).claims) == 6
+    await asyncio.sleep(0.15)
+    assert sorted(await q.stalled.reap()) == sorted(stalled)
+    claimed_before = (await q.stats())["counters"]["claimed"]
+
+    async def handler(claim: echomq.Claim) -> None:
+        await asyncio.sleep(0.02)
+
+    await start_consumer(handler, concurrency=8, worker_id="WRK_careful")
+    await wait_for(lambda: completed(q, 6))
+    leases = (await q.stats())["counters"]["claimed"] - claimed_before
+    # 6 on the first claim (one kept, five handed back), then one per claim: 11. Without
+    # the care it is 6 + 5 + 4 + 3 + 2 + 1 = 21.
+    assert leases <= 12, leases
