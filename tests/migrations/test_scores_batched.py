@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, event, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from codemojex import rules
@@ -363,4 +364,47 @@ async def test_a_batch_chosen_as_deadlock_victim_is_written_on_retry(pg_database
         assert (await _tables(engine))["totals"] == [("PLR_a", rules.points_for(1, True), 1, 100)]
     finally:
         await other.dispose()
+        await engine.dispose()
+
+
+async def test_the_sqlite_fallback_without_aiosqlite_internals_writes_the_same_rows(
+    sqlite_database_url: str,
+) -> None:
+    # record_scores runs a SQLite batch in one trip to aiosqlite's thread through a private
+    # method; should a new aiosqlite lack it, the public one-trip-per-statement path is used.
+    from codemojex.store import migrate_async
+    from codemojex.store.scores import _statements, _steps, _write_public
+
+    await migrate_async(sqlite_database_url)
+    engine = make_engine(sqlite_database_url)
+    try:
+        await _seed(engine, ["PLR_a", "PLR_b"], ["RND_0"])
+        batch = [
+            _score("JOB_1", "PLR_a", 0, NEAR, 100),
+            _score("JOB_2", "PLR_a", 1, SECRET, 200),
+            _score("JOB_3", "PLR_b", 0, SECRET, 300),
+        ]
+        for s in batch[:1]:
+            await legacy_record_score(engine, s)
+        expected_written = {"JOB_2", "JOB_3"}
+        async with engine.connect() as conn:
+            db = (await conn.get_raw_connection()).driver_connection
+            steps = _steps(_statements("sqlite"), sorted(batch, key=lambda s: s.job_id))
+            assert await _write_public(db, steps) == expected_written
+        fallback = await _tables(engine)
+
+        await _wipe(engine)
+        await _seed(engine, ["PLR_a", "PLR_b"], ["RND_0"])
+        for s in batch:
+            await legacy_record_score(engine, s)
+        assert fallback == await _tables(engine)
+
+        # An error comes out as SQLAlchemy's and leaves nothing behind.
+        async with engine.connect() as conn:
+            db = (await conn.get_raw_connection()).driver_connection
+            poison = _score("JOB_9", "PLR_a", 9, SECRET, 900, "RND_nope")
+            with pytest.raises(IntegrityError):
+                await _write_public(db, _steps(_statements("sqlite"), [poison]))
+            assert not db.in_transaction
+    finally:
         await engine.dispose()
