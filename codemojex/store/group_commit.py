@@ -9,8 +9,10 @@ everything pending (up to ``max_batch``), writes it with :func:`record_scores` i
 transaction, and resolves each waiter; what arrives while a batch is in flight goes in the
 next. So a batch is as big as the writes that piled up during the previous commit: one
 writer gets a batch of one and no added latency, many writers share one fsync and one
-round of statements. The flusher exists only while there is work, so a group that is
-never closed leaves no task behind.
+round of statements. On SQLite the flusher takes its batch only once the file's score
+writer lock is its own (see ``_sqlite_writer``), so time spent waiting for another
+process's commit grows the batch instead of idling it. The flusher exists only while there
+is work, so a group that is never closed leaves no task behind.
 
 Guarantees:
 

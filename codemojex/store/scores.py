@@ -9,6 +9,12 @@ Standings are maxima, not sums of events: a player's round points are the best
 ``(points, earliest seq)`` over their scored guesses, and their totals are recomputed from
 their round points. So the result depends only on *which* guesses were scored, never on
 the order in which they were scored, retried or raced.
+
+Scores are written in batches (:func:`record_scores`; a ScoreWorker's handlers share them
+through :class:`~codemojex.store.GroupCommit`): one transaction and a handful of
+constant-shape, driver-level statements per batch — on SQLite the whole transaction in one
+trip to the connection's thread — because per guess, SQLAlchemy statement building and
+aiosqlite thread hops, not SQLite, were what a worker spent its CPU on.
 """
 
 from __future__ import annotations
