@@ -1172,6 +1172,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra `codemojex up` flags, e.g. --up-arg=--concurrency=8 (repeatable)")
     p.add_argument("--fresh-each-rate", action="store_true",
                    help="a fresh up for every rate (by default only after one that did not drain)")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also measure the server at git revision REV (a temporary worktree), "
+                        "each rate right before the current code, and print the ratios")
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
     p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
@@ -1199,7 +1202,8 @@ def database(a: argparse.Namespace) -> Iterator[tuple[Callable[[], str | None], 
         cluster.stop()
 
 
-async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> list[dict[str, Any]]:
+async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str,
+              server_root: Path | None = None) -> list[dict[str, Any]]:
     with database(a) as (next_url, roots):
         def start() -> Up:
             args = up_args(a)
@@ -1207,7 +1211,7 @@ async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> li
             if url:
                 args += ["--database-url", url]
             n = len(list(tmp.glob("data-*")))
-            up = Up(tmp / f"data-{n}", *args)
+            up = Up(tmp / f"data-{n}", *args, **({"root": server_root} if server_root else {}))
             try:
                 return up.start().wait_ready(60)
             except BaseException:
@@ -1229,6 +1233,58 @@ async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str) -> li
                                 TimeElapsedColumn(), console=console, auto_refresh=False)
         with progress or contextlib.nullcontext():
             return await measure(opts, start, stop, roots, progress)
+
+
+@dataclass
+class Tree:
+    path: Path
+    rev: str
+
+
+@contextlib.contextmanager
+def baseline_tree(rev: str, where: Path) -> Iterator[Tree]:
+    """A detached ``git worktree`` of ``rev``, removed afterwards. Its ``codemojex`` runs
+    with this environment's packages (uvicorn picks up httptools and uvloop wherever they
+    are installed, so an older server gets them too)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(["git", "worktree", "add", "--detach", str(where), rev], cwd=root,
+                   check=True, capture_output=True, text=True)
+    try:
+        short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=root, check=True,
+                               capture_output=True, text=True).stdout.strip()
+        yield Tree(where, short)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(where)], cwd=root,
+                       check=False, capture_output=True)
+
+
+def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str) -> None:
+    """Per rate: the current figure, the baseline's, and current ÷ baseline."""
+    t = Table(title=f"now vs {rev}, same run (ratio = now ÷ baseline)")
+    for col in ("offered/s", "scored/s", "p50 ms", "p99 ms", "web ms/guess",
+                "Σ workers ms/guess", "valkey ms/guess"):
+        t.add_column(col, justify="right")
+
+    def cell(x: float | None, y: float | None, digits: int = 1) -> str:
+        if x is None or y is None:
+            return "-"
+        ratio = f" ({x / y:.2f}×)" if y else ""
+        return f"{_f(x, digits)} vs {_f(y, digits)}{ratio}"
+
+    def ms(r: dict[str, Any], role: str) -> float | None:
+        got = r["cpu"]["roles"].get(role)
+        return None if got is None else float(got["ms_per_guess"])
+
+    for b, n in zip(base, now, strict=False):
+        t.add_row(_f(n["offered_per_s"]), cell(n["scored_per_s"], b["scored_per_s"], 0),
+                  cell(n["accept_to_score_ms"]["p50"], b["accept_to_score_ms"]["p50"]),
+                  cell(n["accept_to_score_ms"]["p99"], b["accept_to_score_ms"]["p99"]),
+                  cell(ms(n, "web"), ms(b, "web"), 3),
+                  cell(ms(n, "worker"), ms(b, "worker"), 3),
+                  cell(ms(n, "valkey"), ms(b, "valkey"), 3))
+    console.print(t)
 
 
 def source_state() -> dict[str, Any]:
@@ -1267,20 +1323,32 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"]
                      else ""))
     started = time.monotonic()
+    runner = uvloop.run if uvloop else asyncio.run
+    base_rows: list[dict[str, Any]] | None = None
     with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
         try:
-            rows = (uvloop.run if uvloop else asyncio.run)(run(a, opts, Path(tmp), title))
+            if a.baseline:
+                with baseline_tree(a.baseline, Path(tmp) / "baseline") as tree:
+                    console.print(f"[bold]baseline[/]: the server at {a.baseline} "
+                                  f"({tree.rev}), same client, same machine")
+                    (Path(tmp) / "b").mkdir()
+                    base_rows = runner(run(a, opts, Path(tmp) / "b", title, tree.path))
+                    print_tables(base_rows, f"{title} — baseline {a.baseline}")
+            (Path(tmp) / "c").mkdir()
+            rows = runner(run(a, opts, Path(tmp) / "c", title))
         except KeyboardInterrupt:
             console.print("[red]interrupted: every `up` was stopped")
             return 130
     print_tables(rows, title)
+    if base_rows is not None:
+        print_ratios(base_rows, rows, a.baseline)
     console.print(f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, kernel "
                   f"{m['kernel']}, Python {m['python']}; load average {m['loadavg_1m']:.2f} "
                   f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
                   f"cores); total {time.monotonic() - started:.0f} s")
     result = {"title": title, "machine": m, "loadavg_end": os.getloadavg(),
               "options": asdict(opts), "up_args": up_args(a), "database": db, "source": src,
-              "rows": rows}
+              "rows": rows, "baseline": {"rev": a.baseline, "rows": base_rows}}
     if a.json:
         Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
         console.print(f"figures written to {a.json}")

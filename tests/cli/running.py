@@ -68,7 +68,10 @@ def processes_mentioning(text: str) -> set[int]:
 class Up:
     """One ``python -m codemojex up`` on a free port, in its own process group."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, root: Path = ROOT) -> None:
+        """``root``: the checkout whose ``codemojex`` runs (benchmarks pass an older one
+        from a ``git worktree`` to measure a baseline in the same run)."""
+        self.root = root
         self.data_dir = data_dir
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -88,7 +91,7 @@ class Up:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, env=env, cwd=ROOT, process_group=0)
+                                         stderr=err, env=env, cwd=self.root, process_group=0)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> Up:
