@@ -349,8 +349,16 @@ async def echomq_lifecycle(
         n=n,
         done=completed,
         label=f"drain {source} x{procs} ({fsync})",
-        extra_args=["--source", source, "--concurrency", str(concurrency), "--batch", str(batch),
-                    "--prefetch", str(prefetch)],
+        extra_args=[
+            "--source",
+            source,
+            "--concurrency",
+            str(concurrency),
+            "--batch",
+            str(batch),
+            "--prefetch",
+            str(prefetch),
+        ],
         timeout=max(60.0, n / 500),
     )
     stats = await q.stats(max_lanes=0)
@@ -656,7 +664,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                                 procs=procs,
                                 n=a.jobs,
                                 concurrency=a.concurrency,
-                                batch=a.batch, prefetch=a.prefetch,
+                                batch=a.batch,
+                                prefetch=a.prefetch,
                                 lanes=a.lanes,
                                 ceiling_ref=ref,
                             )
@@ -783,8 +792,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--prefetch", type=int, default=0,
-                   help="jobs each consumer leases ahead of its free slots (0, the default)")
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="jobs each consumer leases ahead of its free slots (0, the default)",
+    )
     p.add_argument("--lanes", type=int, default=100)
     p.add_argument("--memory-jobs", type=int, default=100_000)
     p.add_argument(

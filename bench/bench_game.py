@@ -127,8 +127,14 @@ class HttpError(Exception):
     """A setup call got an answer the benchmark cannot go on with."""
 
 
-def encode_request(method: str, path: str, host: str, body: bytes | None = None,
-                   token: str | None = None, close: bool = False) -> bytes:
+def encode_request(
+    method: str,
+    path: str,
+    host: str,
+    body: bytes | None = None,
+    token: str | None = None,
+    close: bool = False,
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
     if token:
         lines.append(f"Authorization: Bearer {token}")
@@ -150,13 +156,14 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]
             raise ValueError("chunked answers are not expected from this server")
         n = 0
     else:
-        n = int(head[i + 17:head.index(b"\r\n", i + 17)])
+        n = int(head[i + 17 : head.index(b"\r\n", i + 17)])
     body = await reader.readexactly(n) if n else b""
     return status, body, b"\r\nconnection: close" in head
 
 
-async def http_once(host: str, port: int, method: str, path: str, body: Any = None,
-                    token: str | None = None) -> tuple[int, Any]:
+async def http_once(
+    host: str, port: int, method: str, path: str, body: Any = None, token: str | None = None
+) -> tuple[int, Any]:
     """One request on a fresh connection (setup and control only): (status, decoded JSON)."""
     data = None if body is None else orjson.dumps(body)
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
@@ -178,8 +185,19 @@ async def http_once(host: str, port: int, method: str, path: str, body: Any = No
 
 
 class Guess:
-    __slots__ = ("answered", "error", "job_id", "player", "scheduled", "scored", "scored_on",
-                 "scores", "sent", "status", "window")
+    __slots__ = (
+        "answered",
+        "error",
+        "job_id",
+        "player",
+        "scheduled",
+        "scored",
+        "scored_on",
+        "scores",
+        "sent",
+        "status",
+        "window",
+    )
 
     def __init__(self, window: Window, player: int, scheduled: float) -> None:
         self.window = window
@@ -250,11 +268,12 @@ class HttpConn(asyncio.Protocol):
                     n = 0
                 else:
                     j = head.find(b"\r\n", i + 17)
-                    n = int(head[i + 17:j if j >= 0 else len(head)])
+                    n = int(head[i + 17 : j if j >= 0 else len(head)])
                 if len(buf) < end + 4 + n:
                     break
-                self.pool.answer(self.pending.popleft(), int(head[9:12]),
-                                 buf[end + 4:end + 4 + n], t)
+                self.pool.answer(
+                    self.pending.popleft(), int(head[9:12]), buf[end + 4 : end + 4 + n], t
+                )
                 pos = end + 4 + n
                 close = b"\r\nconnection: close" in head
         except (ValueError, IndexError, KeyError):  # nonsense, or an answer to nothing asked
@@ -274,8 +293,9 @@ class Pool:
     """``n`` keep-alive connections; :meth:`send` writes pre-encoded bytes on an idle one, or
     pipelines them on the next busy one, so a send is never delayed by an answer."""
 
-    def __init__(self, host: str, port: int, answer: Callable[[Guess, int, bytes, float], None]
-                 ) -> None:
+    def __init__(
+        self, host: str, port: int, answer: Callable[[Guess, int, bytes, float], None]
+    ) -> None:
         self.host, self.port, self.answer = host, port, answer
         self.conns: list[HttpConn] = []
         self.idle: deque[HttpConn] = deque()
@@ -386,17 +406,20 @@ class GameClient:
         async def create(i: int) -> Player:
             async with sem:
                 for attempt in range(20):
-                    status, body = await http_once(self.host, self.port, "POST", "/api/players",
-                                                   {"name": f"{tag}-{i}"[:32]})
+                    status, body = await http_once(
+                        self.host, self.port, "POST", "/api/players", {"name": f"{tag}-{i}"[:32]}
+                    )
                     if status == 201:
                         break
                     if status in (429, 503) and attempt < 19:
                         await asyncio.sleep(0.5)
                         continue
                     raise HttpError(f"POST /api/players: {status} {body}")
-            prefix = (f"POST /api/guesses HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                      f"Authorization: Bearer {body['token']}\r\n"
-                      "Content-Type: application/json\r\n").encode()
+            prefix = (
+                f"POST /api/guesses HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Authorization: Bearer {body['token']}\r\n"
+                "Content-Type: application/json\r\n"
+            ).encode()
             return Player(i, body["player_id"], body["token"], prefix)
 
         self.players = list(await asyncio.gather(*(create(i) for i in range(self.n_players))))
@@ -419,8 +442,12 @@ class GameClient:
         palette, length = info["palette"], int(info["length"])
         bodies = []
         for _ in range(512):
-            body = orjson.dumps({"round_id": info["round_id"],
-                                 "guess": [self.rng.choice(palette) for _ in range(length)]})
+            body = orjson.dumps(
+                {
+                    "round_id": info["round_id"],
+                    "guess": [self.rng.choice(palette) for _ in range(length)],
+                }
+            )
             bodies.append(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.bodies = bodies
 
@@ -436,11 +463,13 @@ class GameClient:
                 uri += "&after=" + quote(p.after, safe="")
             code = "refused"
             try:
+
                 def socket(uri: str = uri) -> Socket:
                     return Socket(self, p, uri)
 
                 _, sock = await asyncio.wait_for(
-                    loop.create_connection(socket, self.host, self.port), 30)
+                    loop.create_connection(socket, self.host, self.port), 30
+                )
                 p.sock = sock
                 code = await sock.closed
             except (OSError, TimeoutError):
@@ -508,9 +537,15 @@ class GameClient:
 
     # -- the load -------------------------------------------------------------------------------
 
-    async def offer(self, rate: float, duration: float, opts: Options, drain: float,
-                    on_tick: Callable[[Window, int], None] | None = None,
-                    probe: Callable[[], None] | None = None) -> Window:
+    async def offer(
+        self,
+        rate: float,
+        duration: float,
+        opts: Options,
+        drain: float,
+        on_tick: Callable[[Window, int], None] | None = None,
+        probe: Callable[[], None] | None = None,
+    ) -> Window:
         """Offer ``rate`` guesses/s for ``duration`` s, then wait up to ``drain`` s for every
         accepted guess's score. ``probe`` runs just before the first send, just after the last
         and when the drain ends (the CPU snapshots)."""
@@ -583,8 +618,9 @@ class GameClient:
         if not self.admin_token:
             return None
         with contextlib.suppress(OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
-            status, body = await http_once(self.host, self.port, "GET", "/api/admin/queue",
-                                           token=self.admin_token)
+            status, body = await http_once(
+                self.host, self.port, "GET", "/api/admin/queue", token=self.admin_token
+            )
             if status == 200:
                 return {k: int(body[k]) for k in ("pending", "active", "scheduled")}
         return None
@@ -744,9 +780,13 @@ class Processes:
         roles = self.roles()
         cpu = {pid: proc_cpu_seconds(pid) for pid in roles}
         wait = {pid: proc_runqueue_wait_seconds(pid) for pid in roles}
-        return CpuSnapshot(now(), machine_busy_seconds(), roles,
-                           {pid: c for pid, c in cpu.items() if c is not None},
-                           {pid: w for pid, w in wait.items() if w is not None})
+        return CpuSnapshot(
+            now(),
+            machine_busy_seconds(),
+            roles,
+            {pid: c for pid, c in cpu.items() if c is not None},
+            {pid: w for pid, w in wait.items() if w is not None},
+        )
 
 
 @dataclass
@@ -758,8 +798,9 @@ class CpuSnapshot:
     wait: dict[int, float]  # the main thread's time runnable but not running
 
 
-def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
-                accepted: int) -> dict[str, Any]:
+def cpu_figures(
+    before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot, accepted: int
+) -> dict[str, Any]:
     """CPU per process from the first send (``before``) until the drain ended (``after``):
     seconds and ms per accepted guess; and its share of one core while the load ran (until
     ``loaded``), which tells who was saturated. By role too (every worker summed), and the
@@ -775,15 +816,23 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
             start = before.cpu.get(pid, 0.0)
             used = max(0.0, after.cpu[pid] - start)
             busy_s = max(0.0, loaded.cpu.get(pid, start) - start)
-            waited = (loaded.wait[pid] - before.wait.get(pid, 0.0)
-                      if pid in loaded.wait and pid in after.wait else None)
-            procs.append({"role": role, "pid": pid, "cpu_s": round(used, 4),
-                          "ms_per_guess": round(used * 1000 / per, 4),
-                          "load_cpu_s": round(busy_s, 4),
-                          "core_share": round(busy_s / span, 4),
-                          # its main thread's share of the load spent waiting for a CPU
-                          "runqueue_wait_share": None if waited is None
-                          else round(waited / span, 4)})
+            waited = (
+                loaded.wait[pid] - before.wait.get(pid, 0.0)
+                if pid in loaded.wait and pid in after.wait
+                else None
+            )
+            procs.append(
+                {
+                    "role": role,
+                    "pid": pid,
+                    "cpu_s": round(used, 4),
+                    "ms_per_guess": round(used * 1000 / per, 4),
+                    "load_cpu_s": round(busy_s, 4),
+                    "core_share": round(busy_s / span, 4),
+                    # its main thread's share of the load spent waiting for a CPU
+                    "runqueue_wait_share": None if waited is None else round(waited / span, 4),
+                }
+            )
     by_role: dict[str, list[float]] = {}
     for p in procs:
         acc = by_role.setdefault(p["role"], [0.0, 0.0])
@@ -799,11 +848,18 @@ def cpu_figures(before: CpuSnapshot, loaded: CpuSnapshot, after: CpuSnapshot,
         "window_s": round(after.t - before.t, 3),
         "processes": procs,
         "workers": [p for p in procs if p["role"] == "worker"],
-        "roles": {r: {"cpu_s": round(a[0], 4), "ms_per_guess": round(a[0] * 1000 / per, 4),
-                      "core_share": round(a[1] / span, 4)} for r, a in sorted(by_role.items())},
+        "roles": {
+            r: {
+                "cpu_s": round(a[0], 4),
+                "ms_per_guess": round(a[0] * 1000 / per, 4),
+                "core_share": round(a[1] / span, 4),
+            }
+            for r, a in sorted(by_role.items())
+        },
         "ours_ms_per_guess": round(ours * 1000 / per, 4),
-        "client_runqueue_wait_share": next((p["runqueue_wait_share"] for p in procs
-                                            if p["pid"] == os.getpid()), None),
+        "client_runqueue_wait_share": next(
+            (p["runqueue_wait_share"] for p in procs if p["pid"] == os.getpid()), None
+        ),
         "machine_busy_cores": round(busy / span, 3),
         "others_cores": round(max(0.0, busy - ours_loaded) / span, 3),
         # processes that came (counted from zero) or went (their CPU lost) in the window
@@ -859,8 +915,9 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "client_kept_schedule": lag_p99 is not None and lag_p99 <= LAG_OK_MS,
         "pipelined": w.pipelined,
         "accepted": len(accepted),
-        "accepted_per_s": round(sum(1 for g in accepted if (g.answered or 0.0) <= end)
-                                / w.duration, 1),
+        "accepted_per_s": round(
+            sum(1 for g in accepted if (g.answered or 0.0) <= end) / w.duration, 1
+        ),
         "scored_per_s": round(scored_in_window / w.duration, 1),
         "scored_ok": scored_in_window / w.duration >= SCORED_OK * offered,
         "scored": len(scored),
@@ -872,18 +929,28 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "unanswered": sum(1 for g in guesses if g.answered is None),
         "refused": dict(refused),
         "errors": dict(errors),
-        "accept_to_score_ms": {"p50": _ms(pct(a2s, 0.5)), "p90": _ms(pct(a2s, 0.9)),
-                               "p99": _ms(pct(a2s, 0.99)), "max": _ms(a2s[-1] if a2s else None)},
+        "accept_to_score_ms": {
+            "p50": _ms(pct(a2s, 0.5)),
+            "p90": _ms(pct(a2s, 0.9)),
+            "p99": _ms(pct(a2s, 0.99)),
+            "max": _ms(a2s[-1] if a2s else None),
+        },
         "send_to_score_p99_ms": _ms(pct(s2s, 0.99)),
-        "send_to_202_ms": {"p50": _ms(pct(s2a, 0.5)), "p99": _ms(pct(s2a, 0.99)),
-                           "max": _ms(s2a[-1] if s2a else None)},
+        "send_to_202_ms": {
+            "p50": _ms(pct(s2a, 0.5)),
+            "p99": _ms(pct(s2a, 0.99)),
+            "max": _ms(s2a[-1] if s2a else None),
+        },
         "backlog_at_load_end": w.backlog,
         "drained": w.drained,
         "drain_s": round(w.drain_end - w.load_end, 2),
-        "ws_messages_per_s": {k: round(v / max(1e-9, w.drain_end - w.t0), 1)
-                              for k, v in sorted(w.ws_messages.items())},
-        "ws_kib_per_s": {k: round(v / 1024 / max(1e-9, w.drain_end - w.t0), 1)
-                         for k, v in sorted(w.ws_bytes.items())},
+        "ws_messages_per_s": {
+            k: round(v / max(1e-9, w.drain_end - w.t0), 1) for k, v in sorted(w.ws_messages.items())
+        },
+        "ws_kib_per_s": {
+            k: round(v / 1024 / max(1e-9, w.drain_end - w.t0), 1)
+            for k, v in sorted(w.ws_bytes.items())
+        },
         "ws_closes": dict(w.ws_closes),
         "round_rotations": client.rotations,
         "cpu": cpu,
@@ -901,9 +968,13 @@ def up_args(a: argparse.Namespace) -> list[str]:
     return args
 
 
-async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], None],
-                  extra_roots: Callable[[], dict[str, int]] | None = None,
-                  progress: Progress | None = None) -> list[dict[str, Any]]:
+async def measure(
+    opts: Options,
+    start: Callable[[], Up],
+    stop: Callable[[Up], None],
+    extra_roots: Callable[[], dict[str, int]] | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
     """Every rate of ``opts`` on ``up``s from ``start``: a fresh one at first, after a
     rate that did not drain, and for every rate with ``fresh_each_rate``. The core of the
     benchmark, also run by tests/load/test_bench_game.py."""
@@ -920,17 +991,16 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
                 began = time.monotonic()
                 up = start()
                 ready = time.monotonic()
-                client = await GameClient(up.base, opts.players, opts.seed,
-                                          up.admin_token).start()
+                client = await GameClient(up.base, opts.players, opts.seed, up.admin_token).start()
                 if progress is not None:
                     progress.console.print(
                         f"a fresh up was ready in {ready - began:.1f} s; {opts.players} players "
-                        f"and their sockets in {time.monotonic() - ready:.1f} s")
+                        f"and their sockets in {time.monotonic() - ready:.1f} s"
+                    )
                 if opts.warmup > 0:
                     await client.offer(min(50.0, rate), opts.warmup, opts, opts.drain)
             assert client is not None and up is not None
-            probe = Processes(up.proc.pid if up.proc else 0,
-                              extra_roots() if extra_roots else None)
+            probe = Processes(up.proc.pid if up.proc else 0, extra_roots() if extra_roots else None)
             snap: list[CpuSnapshot] = []
             task = None
             if progress is not None:
@@ -938,22 +1008,29 @@ async def measure(opts: Options, start: Callable[[], Up], stop: Callable[[Up], N
 
             def tick(w: Window, sent: int, task: Any = task) -> None:
                 assert progress is not None
-                progress.update(task, completed=sent, total=w.planned,
-                                info=f"202 {w.accepted:,}  scored {w.scored:,}  "
-                                     f"pipelined {w.pipelined:,}")
+                progress.update(
+                    task,
+                    completed=sent,
+                    total=w.planned,
+                    info=f"202 {w.accepted:,}  scored {w.scored:,}  pipelined {w.pipelined:,}",
+                )
                 progress.refresh()  # from the loop: a refresh thread would take the GIL mid-send
 
             def snapshot(probe: Processes = probe, snap: list[CpuSnapshot] = snap) -> None:
                 snap.append(probe.snapshot())
 
-            w = await client.offer(rate, opts.duration, opts, opts.drain,
-                                   on_tick=tick if progress is not None else None,
-                                   probe=snapshot)
+            w = await client.offer(
+                rate,
+                opts.duration,
+                opts,
+                opts.drain,
+                on_tick=tick if progress is not None else None,
+                probe=snapshot,
+            )
             if progress is not None:
                 tick(w, len(w.guesses))
             before, loaded, after = snap
-            rows.append(window_figures(w, cpu_figures(before, loaded, after, w.accepted),
-                                       client))
+            rows.append(window_figures(w, cpu_figures(before, loaded, after, w.accepted), client))
     finally:
         if client is not None:
             await client.close()
@@ -976,32 +1053,68 @@ def _codes(c: dict[str, int]) -> str:
 
 def print_tables(rows: list[dict[str, Any]], title: str) -> None:
     t = Table(title=f"{title}: throughput and latency")
-    for col in ("offered/s", "send lag p99 ms", "accepted/s", "scored/s", "≥ 95 %",
-                "429s", "other errors", "backlog at load end", "accept→score p50 ms",
-                "p99 ms", "max ms", "send→202 p99 ms", "drain s", "every score once"):
+    for col in (
+        "offered/s",
+        "send lag p99 ms",
+        "accepted/s",
+        "scored/s",
+        "≥ 95 %",
+        "429s",
+        "other errors",
+        "backlog at load end",
+        "accept→score p50 ms",
+        "p99 ms",
+        "max ms",
+        "send→202 p99 ms",
+        "drain s",
+        "every score once",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
         lat = r["accept_to_score_ms"]
-        ok = (r["unscored"] == r["duplicate_scores"] == r["wrong_socket"] == 0)
+        ok = r["unscored"] == r["duplicate_scores"] == r["wrong_socket"] == 0
         backlog = r["backlog_at_load_end"]
         t.add_row(
             _f(r["offered_per_s"]) + ("" if r["client_kept_schedule"] else " [red](late)"),
-            _f(r["send_lag_p99_ms"], 1), _f(r["accepted_per_s"]), _f(r["scored_per_s"]),
-            "yes" if r["scored_ok"] else "[red]no", _codes(r["refused"]), _codes(r["errors"]),
+            _f(r["send_lag_p99_ms"], 1),
+            _f(r["accepted_per_s"]),
+            _f(r["scored_per_s"]),
+            "yes" if r["scored_ok"] else "[red]no",
+            _codes(r["refused"]),
+            _codes(r["errors"]),
             "-" if backlog is None else f"{backlog['pending'] + backlog['active']:,}",
-            _f(lat["p50"], 1), _f(lat["p99"], 1), _f(lat["max"], 1),
-            _f(r["send_to_202_ms"]["p99"], 1), _f(r["drain_s"], 1),
-            "yes" if ok else f"[red]{r['unscored']:,} not scored by the drain's end, "
-                             f"{r['duplicate_scores']} doubled, {r['wrong_socket']} on a wrong socket",
+            _f(lat["p50"], 1),
+            _f(lat["p99"], 1),
+            _f(lat["max"], 1),
+            _f(r["send_to_202_ms"]["p99"], 1),
+            _f(r["drain_s"], 1),
+            "yes"
+            if ok
+            else f"[red]{r['unscored']:,} not scored by the drain's end, "
+            f"{r['duplicate_scores']} doubled, {r['wrong_socket']} on a wrong socket",
         )
     console.print(t)
-    roles = sorted({role for r in rows for role in r["cpu"]["roles"]}
-                   - {"web", "worker", "valkey", "up", "client"})
+    roles = sorted(
+        {role for r in rows for role in r["cpu"]["roles"]}
+        - {"web", "worker", "valkey", "up", "client"}
+    )
     n_workers = max((len(r["cpu"]["workers"]) for r in rows), default=0)
-    c = Table(title=f"{title}: CPU ms per accepted guess, first send to drained (share of "
-                    "one core during the load)")
-    for col in ("offered/s", "web", *(f"worker {i + 1}" for i in range(n_workers)),
-                "Σ workers", "valkey", "up", *roles, "client", "all ours", "other load (cores)"):
+    c = Table(
+        title=f"{title}: CPU ms per accepted guess, first send to drained (share of "
+        "one core during the load)"
+    )
+    for col in (
+        "offered/s",
+        "web",
+        *(f"worker {i + 1}" for i in range(n_workers)),
+        "Σ workers",
+        "valkey",
+        "up",
+        *roles,
+        "client",
+        "all ours",
+        "other load (cores)",
+    ):
         c.add_column(col, justify="right")
     for r in rows:
         cpu = r["cpu"]
@@ -1012,12 +1125,18 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             return f"{d['ms_per_guess']:.3f} ({d['core_share'] * 100:.0f} %)"
 
         workers = [cell(w) for w in cpu["workers"]] + ["-"] * (n_workers - len(cpu["workers"]))
-        c.add_row(_f(r["offered_per_s"]) + ("" if r["drained"] else " [red](not drained)"),
-                  cell(cpu["roles"].get("web")), *workers,
-                  cell(cpu["roles"].get("worker")), cell(cpu["roles"].get("valkey")),
-                  cell(cpu["roles"].get("up")), *(cell(cpu["roles"].get(x)) for x in roles),
-                  cell(cpu["roles"].get("client")), f"{cpu['ours_ms_per_guess']:.3f}",
-                  f"{cpu['others_cores']:.2f}")
+        c.add_row(
+            _f(r["offered_per_s"]) + ("" if r["drained"] else " [red](not drained)"),
+            cell(cpu["roles"].get("web")),
+            *workers,
+            cell(cpu["roles"].get("worker")),
+            cell(cpu["roles"].get("valkey")),
+            cell(cpu["roles"].get("up")),
+            *(cell(cpu["roles"].get(x)) for x in roles),
+            cell(cpu["roles"].get("client")),
+            f"{cpu['ours_ms_per_guess']:.3f}",
+            f"{cpu['others_cores']:.2f}",
+        )
     console.print(c)
     for r in rows:
         waits: dict[str, list[float]] = {}
@@ -1025,31 +1144,48 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             if p["runqueue_wait_share"] is not None:
                 waits.setdefault(p["role"], []).append(p["runqueue_wait_share"] * 100)
         if waits:
-            console.print(f"  {r['offered_per_s']:,.0f}/s: share of the load each main thread "
-                          "waited for a CPU: " + ", ".join(
-                              f"{role} {'/'.join(f'{w:.0f}' for w in ws)} %" if len(ws) <= 4
-                              else f"{role} ≤ {max(ws):.0f} %" for role, ws in waits.items()))
+            console.print(
+                f"  {r['offered_per_s']:,.0f}/s: share of the load each main thread "
+                "waited for a CPU: "
+                + ", ".join(
+                    f"{role} {'/'.join(f'{w:.0f}' for w in ws)} %"
+                    if len(ws) <= 4
+                    else f"{role} ≤ {max(ws):.0f} %"
+                    for role, ws in waits.items()
+                )
+            )
     for r in rows:
         notes = []
         if not r["client_kept_schedule"]:
             client = r["cpu"]["roles"].get("client", {}).get("core_share", 0) * 100
             waited = r["cpu"]["client_runqueue_wait_share"]
-            notes.append(f"the client sent late (send lag p99 {r['send_lag_p99_ms']} ms, over "
-                         f"{LAG_OK_MS:g}; {r['sent_per_s']:,}/s sent of {r['offered_per_s']:,}/s "
-                         f"scheduled) using {client:.0f} % of a core"
-                         + ("" if waited is None else
-                            f" and waiting {waited * 100:.1f} % of the load for one")
-                         + f", beside {r['cpu']['others_cores']:.2f} cores of other load: the "
-                         "arrivals were burstier than the schedule")
+            notes.append(
+                f"the client sent late (send lag p99 {r['send_lag_p99_ms']} ms, over "
+                f"{LAG_OK_MS:g}; {r['sent_per_s']:,}/s sent of {r['offered_per_s']:,}/s "
+                f"scheduled) using {client:.0f} % of a core"
+                + (
+                    ""
+                    if waited is None
+                    else f" and waiting {waited * 100:.1f} % of the load for one"
+                )
+                + f", beside {r['cpu']['others_cores']:.2f} cores of other load: the "
+                "arrivals were burstier than the schedule"
+            )
         if r["pipelined"]:
-            notes.append(f"{r['pipelined']:,} sends found no idle connection and were pipelined "
-                         "behind unanswered requests")
+            notes.append(
+                f"{r['pipelined']:,} sends found no idle connection and were pipelined "
+                "behind unanswered requests"
+            )
         if r["cpu"]["started"] or r["cpu"]["ended"]:
-            notes.append(f"processes started in the window (counted from zero): "
-                         f"{r['cpu']['started']}; ended (their CPU not counted): "
-                         f"{r['cpu']['ended']}")
-        traffic = ", ".join(f"{k} {r['ws_messages_per_s'][k]:,.0f} msgs "
-                            f"{r['ws_kib_per_s'][k]:,.0f} KiB" for k in r["ws_kib_per_s"])
+            notes.append(
+                f"processes started in the window (counted from zero): "
+                f"{r['cpu']['started']}; ended (their CPU not counted): "
+                f"{r['cpu']['ended']}"
+            )
+        traffic = ", ".join(
+            f"{k} {r['ws_messages_per_s'][k]:,.0f} msgs {r['ws_kib_per_s'][k]:,.0f} KiB"
+            for k in r["ws_kib_per_s"]
+        )
         notes.append(f"websocket traffic to the client, per second: {traffic}")
         if r["ws_closes"]:
             notes.append(f"websockets closed by the server: {r['ws_closes']}")
@@ -1079,8 +1215,13 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     for key, style in (("p50", "o-"), ("p99", "s-"), ("max", "^--")):
         ax.plot(x, [r["accept_to_score_ms"][key] for r in rows], style, label=f"accept→score {key}")
     ax.plot(x, [r["send_to_202_ms"]["p99"] for r in rows], "x:", label="send→202 p99")
-    ax.set(xscale="log", yscale="log", xlabel="offered guesses/s", ylabel="ms",
-           title="latency vs offered rate")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="offered guesses/s",
+        ylabel="ms",
+        title="latency vs offered rate",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     figs.append(_png(fig))
@@ -1088,10 +1229,18 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     roles = sorted({role for r in rows for role in r["cpu"]["roles"]})
     for role in roles:
-        ax.plot(x, [r["cpu"]["roles"].get(role, {}).get("ms_per_guess") for r in rows], "o-",
-                label=role + (" (all)" if role == "worker" else ""))
-    ax.set(xscale="log", xlabel="offered guesses/s", ylabel="CPU ms per accepted guess",
-           title="CPU per guess per process vs offered rate")
+        ax.plot(
+            x,
+            [r["cpu"]["roles"].get(role, {}).get("ms_per_guess") for r in rows],
+            "o-",
+            label=role + (" (all)" if role == "worker" else ""),
+        )
+    ax.set(
+        xscale="log",
+        xlabel="offered guesses/s",
+        ylabel="CPU ms per accepted guess",
+        title="CPU per guess per process vs offered rate",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     figs.append(_png(fig))
@@ -1100,24 +1249,53 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     ax.plot(x, x, "k:", label="offered")
     ax.plot(x, [r["accepted_per_s"] for r in rows], "o-", label="accepted/s")
     ax.plot(x, [r["scored_per_s"] for r in rows], "s-", label="scored/s")
-    ax.set(xscale="log", yscale="log", xlabel="offered guesses/s", ylabel="guesses/s",
-           title="throughput vs offered rate")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="offered guesses/s",
+        ylabel="guesses/s",
+        title="throughput vs offered rate",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     figs.append(_png(fig))
     plt.close(fig)
-    head = ("offered/s", "accepted/s", "scored/s", "429s", "errors", "p50 ms", "p99 ms",
-            "max ms", "send→202 p99", "send lag p99", "web ms", "workers ms", "valkey ms",
-            "client ms", "other load (cores)", "drained")
+    head = (
+        "offered/s",
+        "accepted/s",
+        "scored/s",
+        "429s",
+        "errors",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "send→202 p99",
+        "send lag p99",
+        "web ms",
+        "workers ms",
+        "valkey ms",
+        "client ms",
+        "other load (cores)",
+        "drained",
+    )
     cells = []
     for r in rows:
         roles_ = r["cpu"]["roles"]
-        vals = (r["offered_per_s"], r["accepted_per_s"], r["scored_per_s"], _codes(r["refused"]),
-                _codes(r["errors"]), r["accept_to_score_ms"]["p50"], r["accept_to_score_ms"]["p99"],
-                r["accept_to_score_ms"]["max"], r["send_to_202_ms"]["p99"], r["send_lag_p99_ms"],
-                *(roles_.get(k, {}).get("ms_per_guess") for k in ("web", "worker", "valkey",
-                                                                 "client")),
-                r["cpu"]["others_cores"], "yes" if r["drained"] else "no")
+        vals = (
+            r["offered_per_s"],
+            r["accepted_per_s"],
+            r["scored_per_s"],
+            _codes(r["refused"]),
+            _codes(r["errors"]),
+            r["accept_to_score_ms"]["p50"],
+            r["accept_to_score_ms"]["p99"],
+            r["accept_to_score_ms"]["max"],
+            r["send_to_202_ms"]["p99"],
+            r["send_lag_p99_ms"],
+            *(roles_.get(k, {}).get("ms_per_guess") for k in ("web", "worker", "valkey", "client")),
+            r["cpu"]["others_cores"],
+            "yes" if r["drained"] else "no",
+        )
         cells.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
     m = result["machine"]
     page = f"""<!doctype html><meta charset="utf-8"><title>codemojex game path</title>
@@ -1125,14 +1303,14 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:right}}
 img{{max-width:100%}}</style>
 <h1>The game path: open-loop guesses</h1>
-<p>{html.escape(result['title'])}, each player with a socket;
-{result['options']['duration']} s per rate, {html.escape(result['options']['schedule'])} arrivals;
-source {html.escape(str(result.get('source', {}).get('head', '?')))}
-({len(result.get('source', {}).get('changed', []))} files changed beside it).
-Machine: {html.escape(str(m['cpu']))}, {m['cores']} cores, load average {m['loadavg_1m']:.2f}
+<p>{html.escape(result["title"])}, each player with a socket;
+{result["options"]["duration"]} s per rate, {html.escape(result["options"]["schedule"])} arrivals;
+source {html.escape(str(result.get("source", {}).get("head", "?")))}
+({len(result.get("source", {}).get("changed", []))} files changed beside it).
+Machine: {html.escape(str(m["cpu"]))}, {m["cores"]} cores, load average {m["loadavg_1m"]:.2f}
 at start (the client shares these cores).</p>
-<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{''.join(cells)}</table>
-{''.join(f'<p><img src="{src}"></p>' for src in figs)}
+<table><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr>{"".join(cells)}</table>
+{"".join(f'<p><img src="{src}"></p>' for src in figs)}
 <p>Latencies on the client's one clock: accept→score is the 202's arrival to the score's
 arrival on the owner's socket. CPU is per accepted guess, from the first send until the drain
 ended (a row that did not drain undercounts the workers); "other load" is the machine's CPU
@@ -1146,35 +1324,75 @@ used by processes that are not ours during the load.</p>
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_game", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rates", default="100,300,1000,2000",
-                   help="offered guesses/s, comma-separated (100,300,1000,2000)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_game",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--rates",
+        default="100,300,1000,2000",
+        help="offered guesses/s, comma-separated (100,300,1000,2000)",
+    )
     p.add_argument("--duration", type=float, default=10.0, help="seconds of load per rate (10)")
-    p.add_argument("--drain", type=float, default=30.0,
-                   help="seconds to wait for the last scores after each rate (30)")
-    p.add_argument("--warmup", type=float, default=2.0,
-                   help="seconds at a low rate before the first rate, not recorded (2)")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the last scores after each rate (30)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds at a low rate before the first rate, not recorded (2)",
+    )
     p.add_argument("--players", type=int, default=200, help="players, one socket each (200)")
-    p.add_argument("--connections", type=int, default=64,
-                   help="keep-alive connections at most (64; fewer at low rates)")
+    p.add_argument(
+        "--connections",
+        type=int,
+        default=64,
+        help="keep-alive connections at most (64; fewer at low rates)",
+    )
     p.add_argument("--schedule", choices=["poisson", "uniform"], default="poisson")
-    p.add_argument("--pick", choices=["round-robin", "random"], default="round-robin",
-                   help="which player sends each guess (round-robin)")
+    p.add_argument(
+        "--pick",
+        choices=["round-robin", "random"],
+        default="round-robin",
+        help="which player sends each guess (round-robin)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="ScoreWorker processes (2)")
-    p.add_argument("--round-seconds", type=int, default=600,
-                   help="round length, long enough that a sweep seldom crosses a close (600)")
+    p.add_argument(
+        "--round-seconds",
+        type=int,
+        default=600,
+        help="round length, long enough that a sweep seldom crosses a close (600)",
+    )
     p.add_argument("--database-url", help="run against this database (postgresql://…)")
-    p.add_argument("--postgres", action="store_true",
-                   help="start a throwaway PostgreSQL cluster and run against it")
-    p.add_argument("--up-arg", action="append", default=[], metavar="ARG",
-                   help="extra `codemojex up` flags, e.g. --up-arg=--concurrency=8 (repeatable)")
-    p.add_argument("--fresh-each-rate", action="store_true",
-                   help="a fresh up for every rate (by default only after one that did not drain)")
-    p.add_argument("--baseline", metavar="REV",
-                   help="also measure the server at git revision REV (a temporary worktree), "
-                        "each rate right before the current code, and print the ratios")
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="start a throwaway PostgreSQL cluster and run against it",
+    )
+    p.add_argument(
+        "--up-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `codemojex up` flags, e.g. --up-arg=--concurrency=8 (repeatable)",
+    )
+    p.add_argument(
+        "--fresh-each-rate",
+        action="store_true",
+        help="a fresh up for every rate (by default only after one that did not drain)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure the server at git revision REV (a temporary worktree), "
+        "each rate right before the current code, and print the ratios",
+    )
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
     p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
@@ -1182,7 +1400,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def database(a: argparse.Namespace) -> Iterator[tuple[Callable[[], str | None], Callable[[], dict[str, int]]]]:
+def database(
+    a: argparse.Namespace,
+) -> Iterator[tuple[Callable[[], str | None], Callable[[], dict[str, int]]]]:
     """(a URL for the next ``up``: None for SQLite, the roots of its processes to watch)."""
     if not a.postgres:
         yield (lambda: a.database_url), dict
@@ -1191,10 +1411,12 @@ def database(a: argparse.Namespace) -> Iterator[tuple[Callable[[], str | None], 
 
     cluster = PgCluster.start()
     try:
+
         def roots() -> dict[str, int]:
             with contextlib.suppress(OSError, ValueError, IndexError):
-                return {"postgres": int((cluster.datadir / "postmaster.pid")
-                                        .read_text().split()[0])}
+                return {
+                    "postgres": int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+                }
             return {}
 
         yield cluster.create_database, roots
@@ -1202,9 +1424,11 @@ def database(a: argparse.Namespace) -> Iterator[tuple[Callable[[], str | None], 
         cluster.stop()
 
 
-async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str,
-              server_root: Path | None = None) -> list[dict[str, Any]]:
+async def run(
+    a: argparse.Namespace, opts: Options, tmp: Path, title: str, server_root: Path | None = None
+) -> list[dict[str, Any]]:
     with database(a) as (next_url, roots):
+
         def start() -> Up:
             args = up_args(a)
             url = next_url()
@@ -1228,9 +1452,15 @@ async def run(a: argparse.Namespace, opts: Options, tmp: Path, title: str,
 
         progress = None
         if opts.progress:
-            progress = Progress(TextColumn("{task.description:>8}"), BarColumn(),
-                                MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                TimeElapsedColumn(), console=console, auto_refresh=False)
+            progress = Progress(
+                TextColumn("{task.description:>8}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=console,
+                auto_refresh=False,
+            )
         with progress or contextlib.nullcontext():
             return await measure(opts, start, stop, roots, progress)
 
@@ -1249,22 +1479,43 @@ def baseline_tree(rev: str, where: Path) -> Iterator[Tree]:
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
-    subprocess.run(["git", "worktree", "add", "--detach", str(where), rev], cwd=root,
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(where), rev],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     try:
-        short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=root, check=True,
-                               capture_output=True, text=True).stdout.strip()
+        short = subprocess.run(
+            ["git", "rev-parse", "--short", rev],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         yield Tree(where, short)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(where)], cwd=root,
-                       check=False, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(where)],
+            cwd=root,
+            check=False,
+            capture_output=True,
+        )
 
 
 def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str) -> None:
     """Per rate: the current figure, the baseline's, and current ÷ baseline."""
     t = Table(title=f"now vs {rev}, same run (ratio = now ÷ baseline)")
-    for col in ("offered/s", "scored/s", "p50 ms", "p99 ms", "web ms/guess",
-                "Σ workers ms/guess", "valkey ms/guess"):
+    for col in (
+        "offered/s",
+        "scored/s",
+        "p50 ms",
+        "p99 ms",
+        "web ms/guess",
+        "Σ workers ms/guess",
+        "valkey ms/guess",
+    ):
         t.add_column(col, justify="right")
 
     def cell(x: float | None, y: float | None, digits: int = 1) -> str:
@@ -1278,12 +1529,15 @@ def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str
         return None if got is None else float(got["ms_per_guess"])
 
     for b, n in zip(base, now, strict=False):
-        t.add_row(_f(n["offered_per_s"]), cell(n["scored_per_s"], b["scored_per_s"], 0),
-                  cell(n["accept_to_score_ms"]["p50"], b["accept_to_score_ms"]["p50"]),
-                  cell(n["accept_to_score_ms"]["p99"], b["accept_to_score_ms"]["p99"]),
-                  cell(ms(n, "web"), ms(b, "web"), 3),
-                  cell(ms(n, "worker"), ms(b, "worker"), 3),
-                  cell(ms(n, "valkey"), ms(b, "valkey"), 3))
+        t.add_row(
+            _f(n["offered_per_s"]),
+            cell(n["scored_per_s"], b["scored_per_s"], 0),
+            cell(n["accept_to_score_ms"]["p50"], b["accept_to_score_ms"]["p50"]),
+            cell(n["accept_to_score_ms"]["p99"], b["accept_to_score_ms"]["p99"]),
+            cell(ms(n, "web"), ms(b, "web"), 3),
+            cell(ms(n, "worker"), ms(b, "worker"), 3),
+            cell(ms(n, "valkey"), ms(b, "valkey"), 3),
+        )
     console.print(t)
 
 
@@ -1295,33 +1549,49 @@ def source_state() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                                  timeout=10, check=False).stdout
+            return subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=False
+            ).stdout
         return ""
 
-    return {"head": git("rev-parse", "--short", "HEAD").strip(),
-            "changed": [line[3:] for line in git("status", "--porcelain").splitlines()
-                        if line[3:].endswith(".py") or line[3:].endswith(".lua")]}
+    return {
+        "head": git("rev-parse", "--short", "HEAD").strip(),
+        "changed": [
+            line[3:]
+            for line in git("status", "--porcelain").splitlines()
+            if line[3:].endswith(".py") or line[3:].endswith(".lua")
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     signals_raise_keyboardinterrupt()
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
-    opts = Options(rates=[float(r) for r in a.rates.split(",") if r.strip()],
-                   duration=a.duration, drain=a.drain, warmup=a.warmup, players=a.players,
-                   connections=a.connections, schedule=a.schedule, pick=a.pick, seed=a.seed,
-                   fresh_each_rate=a.fresh_each_rate, progress=a.progress)
+    opts = Options(
+        rates=[float(r) for r in a.rates.split(",") if r.strip()],
+        duration=a.duration,
+        drain=a.drain,
+        warmup=a.warmup,
+        players=a.players,
+        connections=a.connections,
+        schedule=a.schedule,
+        pick=a.pick,
+        seed=a.seed,
+        fresh_each_rate=a.fresh_each_rate,
+        progress=a.progress,
+    )
     db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
     title = f"codemojex up {' '.join(up_args(a))} — {db}, {a.players} players"
     m = machine()
     src = source_state()
     top = max(opts.rates, default=0) / max(1, opts.players)
-    console.print(f"[bold]{title}[/]; {opts.schedule} arrivals, {opts.duration:g} s per rate; "
-                  f"at most {top:.1f} guesses/s per player; client loop: "
-                  f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
-                  + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"]
-                     else ""))
+    console.print(
+        f"[bold]{title}[/]; {opts.schedule} arrivals, {opts.duration:g} s per rate; "
+        f"at most {top:.1f} guesses/s per player; client loop: "
+        f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
+        + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"] else "")
+    )
     started = time.monotonic()
     runner = uvloop.run if uvloop else asyncio.run
     base_rows: list[dict[str, Any]] | None = None
@@ -1329,8 +1599,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if a.baseline:
                 with baseline_tree(a.baseline, Path(tmp) / "baseline") as tree:
-                    console.print(f"[bold]baseline[/]: the server at {a.baseline} "
-                                  f"({tree.rev}), same client, same machine")
+                    console.print(
+                        f"[bold]baseline[/]: the server at {a.baseline} "
+                        f"({tree.rev}), same client, same machine"
+                    )
                     (Path(tmp) / "b").mkdir()
                     base_rows = runner(run(a, opts, Path(tmp) / "b", title, tree.path))
                     print_tables(base_rows, f"{title} — baseline {a.baseline}")
@@ -1342,13 +1614,23 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(rows, title)
     if base_rows is not None:
         print_ratios(base_rows, rows, a.baseline)
-    console.print(f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, kernel "
-                  f"{m['kernel']}, Python {m['python']}; load average {m['loadavg_1m']:.2f} "
-                  f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
-                  f"cores); total {time.monotonic() - started:.0f} s")
-    result = {"title": title, "machine": m, "loadavg_end": os.getloadavg(),
-              "options": asdict(opts), "up_args": up_args(a), "database": db, "source": src,
-              "rows": rows, "baseline": {"rev": a.baseline, "rows": base_rows}}
+    console.print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, kernel "
+        f"{m['kernel']}, Python {m['python']}; load average {m['loadavg_1m']:.2f} "
+        f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
+        f"cores); total {time.monotonic() - started:.0f} s"
+    )
+    result = {
+        "title": title,
+        "machine": m,
+        "loadavg_end": os.getloadavg(),
+        "options": asdict(opts),
+        "up_args": up_args(a),
+        "database": db,
+        "source": src,
+        "rows": rows,
+        "baseline": {"rev": a.baseline, "rows": base_rows},
+    }
     if a.json:
         Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
         console.print(f"figures written to {a.json}")

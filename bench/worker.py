@@ -53,8 +53,9 @@ async def run_echomq(a: argparse.Namespace, go: asyncio.Event, stop: asyncio.Eve
     async def handler(claim: Claim) -> dict[str, Any]:
         return RESULT
 
-    consumer = Consumer(q, handler, concurrency=a.concurrency, batch=a.batch,
-                        prefetch=a.prefetch, source=a.source)
+    consumer = Consumer(
+        q, handler, concurrency=a.concurrency, batch=a.batch, prefetch=a.prefetch, source=a.source
+    )
     print("READY", flush=True)
     await go.wait()
     if stop.is_set():

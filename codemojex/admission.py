@@ -22,8 +22,7 @@ class TokenBuckets:
     """``await buckets.take(subject)``: one token of ``subject``'s bucket, or
     :class:`RateLimited` with the whole seconds until one is back (at least 1)."""
 
-    def __init__(self, conn: Any, name: str, rate_per_s: float, burst: int,
-                 detail: str) -> None:
+    def __init__(self, conn: Any, name: str, rate_per_s: float, burst: int, detail: str) -> None:
         if rate_per_s < 0 or burst < 1:
             raise ValueError("rate must be >= 0 (0 = off) and burst >= 1")
         self.name = name
@@ -38,8 +37,10 @@ class TokenBuckets:
     async def take(self, subject: str) -> None:
         if not self.rate_per_s:
             return
-        taken, retry_ms = await self._take(keys=[self.key(subject)],
-                                           args=[self.rate_per_s, self.burst])
+        taken, retry_ms = await self._take(
+            keys=[self.key(subject)], args=[self.rate_per_s, self.burst]
+        )
         if not int(taken):
-            raise RateLimited(retry_after_s=max(1, math.ceil(int(retry_ms) / 1000)),
-                              detail=self.detail)
+            raise RateLimited(
+                retry_after_s=max(1, math.ceil(int(retry_ms) / 1000)), detail=self.detail
+            )

@@ -52,53 +52,101 @@ class Fatal(Exception):
 def build_parser() -> argparse.ArgumentParser:
     """The full ``codemojex`` parser (also used by tests/test_compose.py to check commands)."""
     parser = argparse.ArgumentParser(
-        prog="codemojex", description="Real-time many-player emoji Mastermind on EchoMQ.")
+        prog="codemojex", description="Real-time many-player emoji Mastermind on EchoMQ."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
-    common.add_argument("--log-format", default=None, choices=["text", "json"],
-                        help="text for people, json (one object a line) for log pipelines "
-                             "(text; CODEMOJEX_LOG_FORMAT)")
-    common.add_argument("--data-dir", type=Path, default=None,
-                        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex)")
-    common.add_argument("--database-url", default=None,
-                        help="SQL database (default: SQLite in the data dir)")
-    common.add_argument("--valkey-url", default=None,
-                        help="an external Valkey (`up` then starts none)")
+    common.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    common.add_argument(
+        "--log-format",
+        default=None,
+        choices=["text", "json"],
+        help="text for people, json (one object a line) for log pipelines "
+        "(text; CODEMOJEX_LOG_FORMAT)",
+    )
+    common.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex)",
+    )
+    common.add_argument(
+        "--database-url", default=None, help="SQL database (default: SQLite in the data dir)"
+    )
+    common.add_argument(
+        "--valkey-url", default=None, help="an external Valkey (`up` then starts none)"
+    )
 
     game = argparse.ArgumentParser(add_help=False)
     game.add_argument("--round-seconds", type=int, default=None)
-    game.add_argument("--lane-cap", type=int, default=None,
-                      help="guesses a player may have accepted and not yet scored (100)")
-    game.add_argument("--fifo", action="store_true", default=None,
-                      help="serve every guess from one FIFO queue instead of fair lanes")
-    game.add_argument("--guess-rate", type=float, default=None,
-                      help="guesses a second per player, a token bucket on the Valkey "
-                           "clock (10; 0 = no limit)")
-    game.add_argument("--guess-burst", type=int, default=None,
-                      help="guesses a player may send at once before --guess-rate applies (20)")
+    game.add_argument(
+        "--lane-cap",
+        type=int,
+        default=None,
+        help="guesses a player may have accepted and not yet scored (100)",
+    )
+    game.add_argument(
+        "--fifo",
+        action="store_true",
+        default=None,
+        help="serve every guess from one FIFO queue instead of fair lanes",
+    )
+    game.add_argument(
+        "--guess-rate",
+        type=float,
+        default=None,
+        help="guesses a second per player, a token bucket on the Valkey clock (10; 0 = no limit)",
+    )
+    game.add_argument(
+        "--guess-burst",
+        type=int,
+        default=None,
+        help="guesses a player may send at once before --guess-rate applies (20)",
+    )
 
     scoring = argparse.ArgumentParser(add_help=False)
-    scoring.add_argument("--score-delay-ms", type=int, default=None,
-                         help="make every score take at least this long (a kill lands mid-score)")
-    scoring.add_argument("--concurrency", type=int, default=None,
-                         help="guesses scored at once per worker process (32)")
-    scoring.add_argument("--prefetch", type=int, default=None,
-                         help="guesses leased ahead of free handlers per worker process (0)")
+    scoring.add_argument(
+        "--score-delay-ms",
+        type=int,
+        default=None,
+        help="make every score take at least this long (a kill lands mid-score)",
+    )
+    scoring.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="guesses scored at once per worker process (32)",
+    )
+    scoring.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="guesses leased ahead of free handlers per worker process (0)",
+    )
 
     serving = argparse.ArgumentParser(add_help=False)
     serving.add_argument("--host", default=None, help="address to listen on (127.0.0.1)")
     serving.add_argument("--port", type=int, default=None, help="HTTP port (8000)")
 
-    up = sub.add_parser("up", parents=[common, game, scoring, serving],
-                        help="the whole game on one machine")
+    up = sub.add_parser(
+        "up", parents=[common, game, scoring, serving], help="the whole game on one machine"
+    )
     up.add_argument("--workers", type=int, default=None, help="ScoreWorker processes (2)")
-    up.add_argument("--web-processes", type=int, default=None,
-                    help="web server processes sharing the port (1; CODEMOJEX_WEB_PROCESSES)")
-    up.add_argument("--appendfsync", choices=["always", "everysec", "no"], default=None,
-                    help="the embedded Valkey's durability dial (always)")
+    up.add_argument(
+        "--web-processes",
+        type=int,
+        default=None,
+        help="web server processes sharing the port (1; CODEMOJEX_WEB_PROCESSES)",
+    )
+    up.add_argument(
+        "--appendfsync",
+        choices=["always", "everysec", "no"],
+        default=None,
+        help="the embedded Valkey's durability dial (always)",
+    )
     up.set_defaults(run=_up)
 
     web = sub.add_parser("web", parents=[common, game, serving], help="one web server")
@@ -106,8 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     web.set_defaults(run=_web)
 
     worker = sub.add_parser("worker", parents=[common, game, scoring], help="one ScoreWorker")
-    worker.add_argument("--worker-id", default=None,
-                        help="WRK_… id (default: $CODEMOJEX_WORKER_ID, else a new one)")
+    worker.add_argument(
+        "--worker-id", default=None, help="WRK_… id (default: $CODEMOJEX_WORKER_ID, else a new one)"
+    )
     worker.set_defaults(run=_worker)
 
     migrate = sub.add_parser("migrate", parents=[common], help="alembic upgrade head")
@@ -127,8 +176,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
     fmt = getattr(args, "log_format", None) or os.environ.get("CODEMOJEX_LOG_FORMAT", "text")
     if fmt not in ("text", "json"):
-        print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}",
-              file=sys.stderr)
+        print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}", file=sys.stderr)
         sys.exit(2)
     configure(args.log_level, "json" if fmt == "json" else "text")
     try:
@@ -176,8 +224,10 @@ def _require_valkey(config: Config, command: str) -> str:
     """The role's Valkey URL; a server that answers must be durable. One that does not
     answer yet is no reason to stop: web answers 503 and workers retry until it is up."""
     if not config.valkey_url:
-        raise Fatal(f"`codemojex {command}` needs --valkey-url (or CODEMOJEX_VALKEY_URL); "
-                         "`codemojex up` runs everything on one machine")
+        raise Fatal(
+            f"`codemojex {command}` needs --valkey-url (or CODEMOJEX_VALKEY_URL); "
+            "`codemojex up` runs everything on one machine"
+        )
     _check_external(config.valkey_url, unreachable_ok=True)
     return config.valkey_url
 
@@ -195,11 +245,16 @@ def _web(args: argparse.Namespace) -> int:
     from web.app import create_app
     from web.server import server_config
 
-    server = uvicorn.Server(server_config(
-        create_app(config), host=config.host, port=config.port,
-        graceful_shutdown_s=GRACEFUL_SHUTDOWN_S, access_log=args.access_log,
-        log_level=args.log_level,
-    ))
+    server = uvicorn.Server(
+        server_config(
+            create_app(config),
+            host=config.host,
+            port=config.port,
+            graceful_shutdown_s=GRACEFUL_SHUTDOWN_S,
+            access_log=args.access_log,
+            log_level=args.log_level,
+        )
+    )
     if config.web_processes > 1:
         # One of several web processes of one `up`: each binds the port with SO_REUSEPORT.
         # Only then: a lone server must fail on a port someone else holds.
@@ -216,7 +271,8 @@ def _web(args: argparse.Namespace) -> int:
 def shared_port_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` with SO_REUSEPORT, for several processes."""
     family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -299,8 +355,11 @@ def _up(args: argparse.Namespace) -> int:
                     binary = find_valkey_server()
                 except ServerError as e:  # the contract's one line on how to get one
                     raise Fatal(str(e)) from None
-                valkey = EmbeddedValkey(config.data_dir / "valkey", binary=binary,
-                                        appendfsync=cast(Appendfsync, config.appendfsync))
+                valkey = EmbeddedValkey(
+                    config.data_dir / "valkey",
+                    binary=binary,
+                    appendfsync=cast(Appendfsync, config.appendfsync),
+                )
                 try:
                     valkey.start()
                 except ServerError as e:
@@ -340,8 +399,11 @@ def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     except (redis.ConnectionError, redis.TimeoutError) as e:
         if not unreachable_ok:
             raise Fatal(f"cannot reach Valkey at {redact(url)}: {e}") from None
-        print(f"codemojex: Valkey at {redact(url)} is not reachable yet ({e}); "
-              "carrying on, its durability unchecked", file=sys.stderr)
+        print(
+            f"codemojex: Valkey at {redact(url)} is not reachable yet ({e}); "
+            "carrying on, its durability unchecked",
+            file=sys.stderr,
+        )
     except redis.RedisError as e:
         raise Fatal(f"cannot use Valkey at {redact(url)}: {e}") from None
     finally:
@@ -357,8 +419,9 @@ def _migrate_or_fail(url: str) -> None:
         raise Fatal(f"migrating {redact(url)} failed: {type(e).__name__}: {e}", 1) from None
 
 
-def _supervise(config: Config, log_level: str, valkey: EmbeddedValkey | None,
-               log_format: str | None = None) -> int:
+def _supervise(
+    config: Config, log_level: str, valkey: EmbeddedValkey | None, log_format: str | None = None
+) -> int:
     from codemojex.supervisor import Supervisor
 
     me = [sys.executable, "-m", "codemojex"]

@@ -50,8 +50,11 @@ async def killed(conn: Any) -> dict[str, list[str]]:
 
 
 async def record_exit(conn: Any, worker_id: str, reason: str, pid: int | None) -> None:
-    await conn.hset(EXITS, worker_id, orjson.dumps(
-        {"reason": reason, "at_ms": await server_ms(conn), "pid": pid}))
+    await conn.hset(
+        EXITS,
+        worker_id,
+        orjson.dumps({"reason": reason, "at_ms": await server_ms(conn), "pid": pid}),
+    )
 
 
 async def exits(conn: Any) -> dict[str, dict[str, Any]]:
@@ -84,8 +87,11 @@ async def server_ms(conn: Any) -> int:
 
 async def beat_supervisor(conn: Any, supervisor_id: str, pid: int, host: str) -> None:
     """Supervisors beat about once a second, stamped on the server clock."""
-    await conn.hset(SUPERVISORS, supervisor_id, orjson.dumps(
-        {"pid": pid, "host": host, "beat_ms": await server_ms(conn)}))
+    await conn.hset(
+        SUPERVISORS,
+        supervisor_id,
+        orjson.dumps({"pid": pid, "host": host, "beat_ms": await server_ms(conn)}),
+    )
 
 
 async def live_supervisor(conn: Any) -> str | None:

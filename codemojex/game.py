@@ -51,14 +51,20 @@ class Game:
         self.guesses = Guesses(self.queue, self.rounds, config)
         self._players: OrderedDict[str, store.Player] = OrderedDict()
         self.new_players = TokenBuckets(
-            conn, "players", config.player_rate, config.player_burst,
-            "too many new players from this address; try again later")
+            conn,
+            "players",
+            config.player_rate,
+            config.player_burst,
+            "too many new players from this address; try again later",
+        )
 
     @classmethod
     def connect(cls, config: Config) -> Game:
         assert config.valkey_url, "valkey_url is required"
         conn = echomq.connect(
-            config.valkey_url, socket_timeout=5, socket_connect_timeout=2,
+            config.valkey_url,
+            socket_timeout=5,
+            socket_connect_timeout=2,
             health_check_interval=10,
         )
         return cls(conn, store.make_engine(config.sql_url), config)
@@ -120,8 +126,9 @@ class Game:
 
     # -- guesses -----------------------------------------------------------------
 
-    async def submit(self, player_id: str, round_id: str, guess: object,
-                     idempotency_key: str | None = None) -> Accepted:
+    async def submit(
+        self, player_id: str, round_id: str, guess: object, idempotency_key: str | None = None
+    ) -> Accepted:
         return await self.guesses.submit(player_id, round_id, guess, idempotency_key)
 
     async def guess_view(self, player_id: str, job_id: str) -> dict[str, Any]:
@@ -152,8 +159,11 @@ class Game:
         out: dict[str, echomq.JobInfo] = {}
         for jid in ids:
             info = await self.queue.jobs.get(jid)
-            if (info and info.payload.get("player_id") == player_id
-                    and info.payload.get("round_id") == round_id):
+            if (
+                info
+                and info.payload.get("player_id") == player_id
+                and info.payload.get("round_id") == round_id
+            ):
                 out[jid] = info
         return out
 
@@ -189,34 +199,50 @@ class Game:
             # Ids are never reused, so a recorded exit is final even while the registry
             # still lists the worker (until its heartbeat lapses).
             w = alive.get(wid) if wid not in exits else None
-            meta = w.meta if w else {
-                text(k): text(v) for k, v in
-                (await self.conn.hgetall(self.queue.keys.worker(wid))).items()}
+            meta = (
+                w.meta
+                if w
+                else {
+                    text(k): text(v)
+                    for k, v in (await self.conn.hgetall(self.queue.keys.worker(wid))).items()
+                }
+            )
             job_id = meta.get("job_id") or None
             lease_ms = None
             if w and job_id:
                 info = await self.queue.jobs.get(job_id)
-                if info and info.state == "active" and info.worker_id == wid and info.lease_until_ms:
+                if (
+                    info
+                    and info.state == "active"
+                    and info.worker_id == wid
+                    and info.lease_until_ms
+                ):
                     lease_ms = max(0, info.lease_until_ms - now)
             ex = exits.get(wid)
             # Spawned but not yet heartbeating (a second or two of start-up): it lives.
             starting = w is None and ex is None and not meta
-            out.append({
-                "worker_id": wid,
-                "pid": int(meta["pid"]) if meta.get("pid") else None,
-                "host": meta.get("host"),
-                "state": (meta.get("state") or "idle") if w or starting else "dead",
-                "job_id": job_id if w else None,
-                "lease_remaining_ms": lease_ms,
-                "jobs_done": int(meta.get("scored") or meta.get("jobs_done") or 0),
-                "alive": w is not None or starting,
-                "exit_reason": ex["reason"] if ex else (
-                    None if w or starting else
-                    ("stopped" if meta.get("stopped") else "heartbeat lapsed")),
-                # Killed by an order: the jobs it was scoring at that instant, each of which
-                # the reaper must hand to another worker.
-                "killed_holding": killed.get(wid),
-            })
+            out.append(
+                {
+                    "worker_id": wid,
+                    "pid": int(meta["pid"]) if meta.get("pid") else None,
+                    "host": meta.get("host"),
+                    "state": (meta.get("state") or "idle") if w or starting else "dead",
+                    "job_id": job_id if w else None,
+                    "lease_remaining_ms": lease_ms,
+                    "jobs_done": int(meta.get("scored") or meta.get("jobs_done") or 0),
+                    "alive": w is not None or starting,
+                    "exit_reason": ex["reason"]
+                    if ex
+                    else (
+                        None
+                        if w or starting
+                        else ("stopped" if meta.get("stopped") else "heartbeat lapsed")
+                    ),
+                    # Killed by an order: the jobs it was scoring at that instant, each of which
+                    # the reaper must hand to another worker.
+                    "killed_holding": killed.get(wid),
+                }
+            )
         return out
 
 
@@ -226,20 +252,32 @@ async def _members(conn: redis.asyncio.Redis, key: str) -> list[str]:
     return [text(x) for x in raw]
 
 
-def _guess_view(job_id: str, info: echomq.JobInfo | None,
-                score: store.ScoreRecord | None) -> dict[str, Any]:
+def _guess_view(
+    job_id: str, info: echomq.JobInfo | None, score: store.ScoreRecord | None
+) -> dict[str, Any]:
     if score is not None:
         return {
-            "job_id": job_id, "round_id": score.round_id, "seq": score.seq,
-            "guess": list(score.guess), "state": info.state if info else "completed",
+            "job_id": job_id,
+            "round_id": score.round_id,
+            "seq": score.seq,
+            "guess": list(score.guess),
+            "state": info.state if info else "completed",
             "attempts": info.attempts if info else score.attempts,
-            "score": {"exact": score.exact, "near": score.near, "solved": score.solved,
-                      "points": score.points},
+            "score": {
+                "exact": score.exact,
+                "near": score.near,
+                "solved": score.solved,
+                "points": score.points,
+            },
         }
     assert info is not None
     return {
-        "job_id": job_id, "round_id": info.payload.get("round_id"), "seq": info.seq,
-        "guess": info.payload.get("guess"), "state": info.state, "attempts": info.attempts,
+        "job_id": job_id,
+        "round_id": info.payload.get("round_id"),
+        "seq": info.seq,
+        "guess": info.payload.get("guess"),
+        "state": info.state,
+        "attempts": info.attempts,
         "score": None,
     }
 
@@ -267,8 +305,11 @@ class Admin:
         }
         lanes = sorted(s["lanes"].items(), key=lambda kv: -kv[1])
         return {
-            "pending": s["pending"], "active": s["active"], "scheduled": s["scheduled"],
-            "completed": s["completed"], "dead": s["dead"],
+            "pending": s["pending"],
+            "active": s["active"],
+            "scheduled": s["scheduled"],
+            "completed": s["completed"],
+            "dead": s["dead"],
             "lanes": [{"lane": lane, "depth": d} for lane, d in lanes],
             "counters": counters,
         }
@@ -280,20 +321,34 @@ class Admin:
             # upsert_dead records each death once: the same attempts is a no-op, a job that
             # died again after a retry (higher attempts) reopens its row.
             moved += await store.upsert_dead(
-                self.game.engine, job_id=info.job_id, queue=self.queue.name, lane=info.lane,
-                payload=_json(info.payload), error=info.error, reason=info.reason,
-                attempts=info.attempts, died_at_ms=info.finished_at_ms or 0,
+                self.game.engine,
+                job_id=info.job_id,
+                queue=self.queue.name,
+                lane=info.lane,
+                payload=_json(info.payload),
+                error=info.error,
+                reason=info.reason,
+                attempts=info.attempts,
+                died_at_ms=info.finished_at_ms or 0,
             )
         return moved
 
     async def dead_jobs(self) -> list[dict[str, Any]]:
         await self.archive_dead()
         rows = await store.list_dead(self.game.engine)
-        return [{
-            "job_id": d.job_id, "lane": d.lane, "payload": _loads(d.payload), "error": d.error,
-            "reason": d.reason, "attempts": d.attempts, "died_at": d.died_at_ms,
-            "retried_at": d.retried_at_ms,
-        } for d in rows]
+        return [
+            {
+                "job_id": d.job_id,
+                "lane": d.lane,
+                "payload": _loads(d.payload),
+                "error": d.error,
+                "reason": d.reason,
+                "attempts": d.attempts,
+                "died_at": d.died_at_ms,
+                "retried_at": d.retried_at_ms,
+            }
+            for d in rows
+        ]
 
     async def retry_dead(self, job_id: str) -> None:
         row = await store.get_dead(self.game.engine, job_id)
@@ -307,8 +362,7 @@ class Admin:
             raise Conflict("the job is no longer held by the queue") from None
         except echomq.InvalidState:
             raise Conflict("the job is not dead any more") from None
-        await store.mark_dead_retried(self.game.engine, job_id,
-                                      await self.queue.server_time_ms())
+        await store.mark_dead_retried(self.game.engine, job_id, await self.queue.server_time_ms())
 
     async def discard_dead(self, job_id: str) -> None:
         if not await store.delete_dead(self.game.engine, job_id):

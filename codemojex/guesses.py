@@ -70,8 +70,11 @@ class Guesses:
         payload = {"player_id": player_id, "round_id": round_id, "guess": list(cells)}
         dedup = None
         if idempotency_key_ is not None:
-            dedup = echomq.Dedup(idempotency_key(player_id, idempotency_key_),
-                                 fingerprint(round_id, cells), IDEMPOTENCY_TTL_MS)
+            dedup = echomq.Dedup(
+                idempotency_key(player_id, idempotency_key_),
+                fingerprint(round_id, cells),
+                IDEMPOTENCY_TTL_MS,
+            )
         config = self.config
         rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
         try:
@@ -90,19 +93,24 @@ class Guesses:
             )
         except echomq.DedupConflict:
             raise IdempotencyConflict(
-                "this Idempotency-Key was used with a different body") from None
+                "this Idempotency-Key was used with a different body"
+            ) from None
         except echomq.DeadlinePassed:
             raise RoundClosed(f"round {round_id} is closed") from None
         except echomq.RateLimited as exc:
             wait_s = max(1, math.ceil(exc.retry_after_ms / 1000))
-            raise RateLimited(retry_after_s=wait_s, detail=(
-                f"at most {_rate_text(rate)} guesses a second (bursts of {config.guess_burst});"
-                f" slow down and try again in {wait_s} s"
-            )) from None
+            raise RateLimited(
+                retry_after_s=wait_s,
+                detail=(
+                    f"at most {_rate_text(rate)} guesses a second (bursts of {config.guess_burst});"
+                    f" slow down and try again in {wait_s} s"
+                ),
+            ) from None
         except echomq.LaneFull:
-            raise LaneFull(retry_after_s=1, detail=(
-                f"you already have {config.lane_cap} guesses waiting to be scored"
-            )) from None
+            raise LaneFull(
+                retry_after_s=1,
+                detail=(f"you already have {config.lane_cap} guesses waiting to be scored"),
+            ) from None
         assert receipt.seq is not None
         return Accepted(receipt.job_id, receipt.seq, receipt.created)
 

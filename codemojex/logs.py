@@ -56,8 +56,9 @@ class _RedactingText(logging.Formatter):
 def configure(level: str, fmt: LogFormat = "text") -> None:
     """The root logger to stderr, at ``level``, in ``fmt``; noisy libraries at WARNING."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json"
-                         else _RedactingText(TEXT_FORMAT, datefmt="%H:%M:%S"))
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else _RedactingText(TEXT_FORMAT, datefmt="%H:%M:%S")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -36,8 +36,12 @@ MAX_MARKS_PER_GRAPHEME = 3  # é needs one, Vietnamese ệ two, Thai tone marks 
 # separators (Zl, Zp: they break a one-line name).
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"})
 _CATEGORY_WORDS = {
-    "Cc": "control", "Cf": "format", "Cs": "surrogate", "Cn": "unassigned",
-    "Zl": "line separator", "Zp": "paragraph separator",
+    "Cc": "control",
+    "Cf": "format",
+    "Cs": "surrogate",
+    "Cn": "unassigned",
+    "Zl": "line separator",
+    "Zp": "paragraph separator",
 }
 _ZWJ = "\u200d"
 _BLANK_SYMBOLS = frozenset({"\u2800"})  # a symbol (So) whose glyph is empty
@@ -81,21 +85,30 @@ def _check_grapheme(g: str, at: int) -> None:
     if base.isspace() and len(g) > 1:
         raise InvalidName(f"name[{at}] is a space with marks on it")
     if base in _BLANK_SYMBOLS or _IGNORABLE.match(base):
-        raise InvalidName(f"name[{at}] is U+{ord(base):04X}, which draws nothing; "
-                          "invisible characters are not allowed")
+        raise InvalidName(
+            f"name[{at}] is U+{ord(base):04X}, which draws nothing; "
+            "invisible characters are not allowed"
+        )
     marks = sum(1 for ch in g if unicodedata.category(ch).startswith("M"))
     if marks > MAX_MARKS_PER_GRAPHEME:
-        raise InvalidName(f"name[{at}] carries {marks} combining marks; at most "
-                          f"{MAX_MARKS_PER_GRAPHEME} per character")
+        raise InvalidName(
+            f"name[{at}] carries {marks} combining marks; at most "
+            f"{MAX_MARKS_PER_GRAPHEME} per character"
+        )
 
 
 def _joins_emoji(g: str, i: int) -> bool:
     """A zero-width joiner between two pictographs of one emoji sequence."""
-    return (g[i] == _ZWJ and 0 < i < len(g) - 1
-            and bool(_PICTOGRAPHIC.match(g[0])) and bool(_PICTOGRAPHIC.match(g[i + 1])))
+    return (
+        g[i] == _ZWJ
+        and 0 < i < len(g) - 1
+        and bool(_PICTOGRAPHIC.match(g[0]))
+        and bool(_PICTOGRAPHIC.match(g[i + 1]))
+    )
 
 
 def _refused_code_point(i: int, ch: str, category: str) -> InvalidName:
     return InvalidName(
         f"name[{i}] is U+{ord(ch):04X}, a {_CATEGORY_WORDS[category]} character; "
-        "control, format and invisible characters are not allowed")
+        "control, format and invisible characters are not allowed"
+    )

@@ -66,8 +66,10 @@ class RoundInfo:
 
     @classmethod
     def from_hash(cls, row: dict[Any, Any]) -> RoundInfo:
-        g = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-             for k, v in row.items()}
+        g = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in row.items()
+        }
         return cls(
             round_id=g["round_id"],
             length=int(g["length"]),
@@ -84,8 +86,14 @@ class RoundInfo:
         return cls(r.round_id, r.length, r.palette, r.secret, r.opens_at_ms, r.closes_at_ms)
 
     def record(self) -> store.Round:
-        return store.Round(self.round_id, self.length, self.palette, self.secret,
-                           self.opens_at_ms, self.closes_at_ms)
+        return store.Round(
+            self.round_id,
+            self.length,
+            self.palette,
+            self.secret,
+            self.opens_at_ms,
+            self.closes_at_ms,
+        )
 
 
 class Rounds:

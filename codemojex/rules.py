@@ -43,7 +43,6 @@ _SOLVE_STEP = 10
 _SOLVE_FLOOR = 10
 
 
-
 @dataclass(frozen=True, slots=True)
 class Feedback:
     """The answer to one guess."""

@@ -54,13 +54,15 @@ class StartupFailed(Exception):
     """The web server died or never answered ``/healthz`` while ``up`` was starting."""
 
 
-
-
 def spawn(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start a child that dies with us, in its own process group, sharing our stdout/stderr."""
     return subprocess.Popen(
-        list(argv), env=dict(env), stdin=subprocess.DEVNULL, close_fds=True,
-        process_group=0, preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only
+        list(argv),
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        close_fds=True,
+        process_group=0,
+        preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only
     )
 
 
@@ -154,7 +156,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         self._conn = redis.asyncio.Redis.from_url(
-            self.valkey_url, socket_timeout=5, socket_connect_timeout=2)
+            self.valkey_url, socket_timeout=5, socket_connect_timeout=2
+        )
         tasks: list[asyncio.Task[None]] = []
         try:
             if self.web_argv is not None:
@@ -190,9 +193,11 @@ class Supervisor:
         log.info("started %s", child.name)
 
     def _start_worker(self, worker_id: str) -> None:
-        child = Child("worker", spawn(self.worker_argv, {**self.env,
-                                                         "CODEMOJEX_WORKER_ID": worker_id}),
-                      worker_id=worker_id)
+        child = Child(
+            "worker",
+            spawn(self.worker_argv, {**self.env, "CODEMOJEX_WORKER_ID": worker_id}),
+            worker_id=worker_id,
+        )
         self.children.append(child)
         log.info("started %s", child.name, extra={"worker_id": worker_id})
         self._later(control.remember_worker(self._redis(), worker_id))
@@ -214,14 +219,24 @@ class Supervisor:
                 return
             # A child that keeps dying at start backs off; one that lived a while does not.
             previous = self._backoff.get(child.role)
-            delay = (min(previous * 2, MAX_RESTART_DELAY_S)
-                     if previous is not None and lived < QUICK_DEATH_S else self.restart_delay)
+            delay = (
+                min(previous * 2, MAX_RESTART_DELAY_S)
+                if previous is not None and lived < QUICK_DEATH_S
+                else self.restart_delay
+            )
             self._backoff[child.role] = delay
-            log.warning("%s %s after %.1fs; restarting in %.1fs", child.name, reason, lived, delay,
-                        extra={"worker_id": child.worker_id})
+            log.warning(
+                "%s %s after %.1fs; restarting in %.1fs",
+                child.name,
+                reason,
+                lived,
+                delay,
+                extra={"worker_id": child.worker_id},
+            )
             if child.worker_id is not None:
-                self._later(control.record_exit(self._redis(), child.worker_id, reason,
-                                                child.proc.pid))
+                self._later(
+                    control.record_exit(self._redis(), child.worker_id, reason, child.proc.pid)
+                )
             self._restarts.append((now + delay, child.role))
         due = [r for r in self._restarts if r[0] <= now]
         self._restarts = [r for r in self._restarts if r[0] > now]
@@ -256,8 +271,10 @@ class Supervisor:
                         if (await http.get(self.health_url)).status_code == 200:
                             break
                     if time.monotonic() > deadline:
-                        self.failure = (f"the web server did not answer {self.health_url} "
-                                        f"within {READY_TIMEOUT_S:g} s")
+                        self.failure = (
+                            f"the web server did not answer {self.health_url} "
+                            f"within {READY_TIMEOUT_S:g} s"
+                        )
                         self.stop()
                         return
                     await asyncio.sleep(0.1)
@@ -276,8 +293,9 @@ class Supervisor:
 
     async def _take_orders(self) -> None:
         """BLPOP the spawn key: each order starts one more worker under the id it carries."""
-        conn = redis.asyncio.Redis.from_url(self.valkey_url, socket_timeout=None,
-                                            socket_connect_timeout=2)
+        conn = redis.asyncio.Redis.from_url(
+            self.valkey_url, socket_timeout=None, socket_connect_timeout=2
+        )
         key = control.spawn_key(self.supervisor_id)
         try:
             while True:
@@ -306,8 +324,11 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout
-        while (any(c.proc.poll() is None for c in self.children) and not self._force
-               and time.monotonic() < deadline):
+        while (
+            any(c.proc.poll() is None for c in self.children)
+            and not self._force
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.05)
         for child in self.children:
             if child.proc.poll() is None:

@@ -34,8 +34,9 @@ async def _until_ready(game: Game) -> None:
             await game.rounds.ensure()
             return
         except (*echomq.consumer.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
-            log.warning("valkey or sql unavailable (%s: %s); retrying in %.1fs",
-                        type(e).__name__, e, delay)
+            log.warning(
+                "valkey or sql unavailable (%s: %s); retrying in %.1fs", type(e).__name__, e, delay
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -53,9 +54,11 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) 
                     holding = [c.job_id for c in consumer.running]
                     with contextlib.suppress(redis.RedisError, OSError):
                         control.record_killed_sync(note, worker_id, holding)
-                    log.warning("kill order: dying now, scoring %s", ",".join(holding) or
-                                "nothing", extra={"worker_id": worker_id,
-                                                  "job_id": holding[0] if holding else None})
+                    log.warning(
+                        "kill order: dying now, scoring %s",
+                        ",".join(holding) or "nothing",
+                        extra={"worker_id": worker_id, "job_id": holding[0] if holding else None},
+                    )
                     os.kill(os.getpid(), signal.SIGKILL)
             except echomq.consumer.TRANSIENT:
                 await asyncio.sleep(1)
@@ -115,14 +118,24 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         _arm_mid_extend(game.queue)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     guesses = echomq.Consumer(
-        game.queue, scorer.handle, lease_ms=config.lease_ms, concurrency=config.concurrency,
+        game.queue,
+        scorer.handle,
+        lease_ms=config.lease_ms,
+        concurrency=config.concurrency,
         prefetch=config.prefetch,
-        worker_id=worker_id, source="lanes",  # --fifo puts every guess on one lane: FIFO
-        lapse_ms=config.lapse_ms, reap_interval_ms=config.reap_interval_ms, meta=scorer.meta,
+        worker_id=worker_id,
+        source="lanes",  # --fifo puts every guess on one lane: FIFO
+        lapse_ms=config.lapse_ms,
+        reap_interval_ms=config.reap_interval_ms,
+        meta=scorer.meta,
     )
     rounds = echomq.Consumer(
-        game.rounds.queue, game.rounds.handle_close, lease_ms=10_000, source="jobs",
-        worker_id=f"{worker_id}-rounds", lapse_ms=config.lapse_ms,
+        game.rounds.queue,
+        game.rounds.handle_close,
+        lease_ms=10_000,
+        source="jobs",
+        worker_id=f"{worker_id}-rounds",
+        lapse_ms=config.lapse_ms,
         reap_interval_ms=config.reap_interval_ms,
     )
     assert config.valkey_url
@@ -146,8 +159,9 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop_both)
-        log.info("worker %s (pid %d) scoring", worker_id, os.getpid(),
-                 extra={"worker_id": worker_id})
+        log.info(
+            "worker %s (pid %d) scoring", worker_id, os.getpid(), extra={"worker_id": worker_id}
+        )
         await guesses.run()
     finally:
         rounds.stop()

@@ -63,7 +63,13 @@ Handler = Callable[[Claim], Awaitable[Any]]
 Source = Literal["lanes", "jobs"]
 
 # Errors that mean "Valkey is unreachable for now": wait and try again, never crash.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, asyncio.TimeoutError)
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 # One reaper per process and queue, whatever the number of consumers in the process.
 _REAPERS: set[str] = set()
@@ -84,8 +90,13 @@ class HandlerCancelled(Exception):
 
 
 # Connection settings a cluster node carries that only mean something to a cluster client.
-_CLUSTER_ONLY = ("redis_connect_func", "himport_registry", "response_callbacks",
-                 "maint_notifications_config", "event_dispatcher")
+_CLUSTER_ONLY = (
+    "redis_connect_func",
+    "himport_registry",
+    "response_callbacks",
+    "maint_notifications_config",
+    "event_dispatcher",
+)
 
 
 async def _blocking_twin(conn: Any, key: str) -> Any:
@@ -99,8 +110,7 @@ async def _blocking_twin(conn: Any, key: str) -> Any:
     pool = getattr(conn, "connection_pool", None)
     if pool is not None and hasattr(pool, "connection_kwargs"):
         kwargs = dict(pool.connection_kwargs, socket_timeout=None)
-        twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1,
-                               **kwargs)
+        twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
         return type(conn).from_pool(twin_pool)
     if hasattr(conn, "get_node_from_key"):
         if getattr(conn, "_initialize", False):
@@ -109,7 +119,8 @@ async def _blocking_twin(conn: Any, key: str) -> Any:
         kwargs = {k: v for k, v in node.connection_kwargs.items() if k not in _CLUSTER_ONLY}
         kwargs.update(host=node.host, port=node.port, socket_timeout=None)
         twin_pool = redis.asyncio.ConnectionPool(
-            connection_class=node.connection_class, max_connections=1, **kwargs)
+            connection_class=node.connection_class, max_connections=1, **kwargs
+        )
         return redis.asyncio.Redis.from_pool(twin_pool)
     raise TypeError(f"cannot park on a {type(conn).__name__}: no pool and no cluster nodes")
 
@@ -136,8 +147,13 @@ class _Trouble:
             return
         self.seen.add(kind)
         # A server or connection error says all there is; anything else is a bug: trace it.
-        log.warning("%s failed (%s: %s); retrying", self.where, type(exc).__name__, exc,
-                    exc_info=None if isinstance(exc, (*TRANSIENT, ResponseError)) else exc)
+        log.warning(
+            "%s failed (%s: %s); retrying",
+            self.where,
+            type(exc).__name__,
+            exc,
+            exc_info=None if isinstance(exc, (*TRANSIENT, ResponseError)) else exc,
+        )
 
     def ok(self) -> None:
         if self.seen:
@@ -194,18 +210,22 @@ class Consumer:
             raise TypeError(f"queue must be an echomq.Queue, got {type(queue).__name__}")
         if not callable(handler):
             raise TypeError("handler must be an async callable taking a Claim")
-        for name, value in (("lease_ms", lease_ms), ("concurrency", concurrency),
-                            ("batch", batch), ("prefetch", prefetch), ("lapse_ms", lapse_ms),
-                            ("reap_interval_ms", reap_interval_ms),
-                            ("park_max_ms", park_max_ms),
-                            ("idle_heartbeat_ms", idle_heartbeat_ms)):
+        for name, value in (
+            ("lease_ms", lease_ms),
+            ("concurrency", concurrency),
+            ("batch", batch),
+            ("prefetch", prefetch),
+            ("lapse_ms", lapse_ms),
+            ("reap_interval_ms", reap_interval_ms),
+            ("park_max_ms", park_max_ms),
+            ("idle_heartbeat_ms", idle_heartbeat_ms),
+        ):
             checks.integer(name, value)
         checks.optional_integer("heartbeat_ms", heartbeat_ms, at_least=1)
         checks.optional_integer("grace_ms", grace_ms, at_least=0)
         checks.optional_name("worker_id", worker_id)
         if concurrency < 1 or batch < 1 or lease_ms < 100 or prefetch < 0:
-            raise ValueError("concurrency and batch must be >= 1, prefetch >= 0, "
-                             "lease_ms >= 100")
+            raise ValueError("concurrency and batch must be >= 1, prefetch >= 0, lease_ms >= 100")
         if source not in ("lanes", "jobs"):
             raise ValueError("source must be 'lanes' or 'jobs'")
         # A beat must land well inside the lapse, or the reaper takes a live worker's jobs
@@ -278,8 +298,11 @@ class Consumer:
     def running(self) -> list[Claim]:
         """Jobs whose handler has not returned yet: no outcome of theirs has been sent, so
         a crash now leaves each of them leased to this worker until it is reclaimed."""
-        return [self._held[k] for k, task in self._running.items()
-                if k in self._held and not task.done()]
+        return [
+            self._held[k]
+            for k, task in self._running.items()
+            if k in self._held and not task.done()
+        ]
 
     def stop(self) -> None:
         """Ask for a clean stop: claim nothing more, let running handlers finish within
@@ -305,8 +328,7 @@ class Consumer:
         if owns_reaper:
             background.append(asyncio.create_task(self._reap_loop(), name="reaper"))
         runners = [
-            asyncio.create_task(self._run_slot(), name=f"slot-{i}")
-            for i in range(self.concurrency)
+            asyncio.create_task(self._run_slot(), name=f"slot-{i}") for i in range(self.concurrency)
         ]
         self._claimer = asyncio.create_task(self._claim_loop(), name="claimer")
         everything = [*runners, *background, self._claimer]
@@ -319,8 +341,7 @@ class Consumer:
             if ended:
                 task = ended[0]
                 error = None if task.cancelled() else task.exception()
-                raise RuntimeError(f"consumer task {task.get_name()} ended unexpectedly"
-                                   ) from error
+                raise RuntimeError(f"consumer task {task.get_name()} ended unexpectedly") from error
             await self._claimer  # raises if it died of a bug
             await self._drain(runners)
         finally:
@@ -387,7 +408,8 @@ class Consumer:
                 # process must not take a release still in flight down with it.
                 done = await asyncio.gather(
                     *(self.queue.jobs.release(c.job_id, c.token) for c in extra),
-                    return_exceptions=True)
+                    return_exceptions=True,
+                )
                 self.released += sum(1 for ok in done if ok is True)
                 unsure = unsure or any(isinstance(ok, BaseException) for ok in done)
             for claim in kept:
@@ -516,7 +538,8 @@ class Consumer:
     async def _process(self, claim: Claim) -> None:
         key = _key(claim)
         task: asyncio.Task[Any] = asyncio.create_task(
-            self._call(claim), name=f"handler-{claim.job_id}")
+            self._call(claim), name=f"handler-{claim.job_id}"
+        )
         self._running[key] = task
         try:
             try:
@@ -541,8 +564,12 @@ class Consumer:
                 encoded = encode_result(result)
             except Exception as e:  # noqa: BLE001 - orjson raises TypeError subclasses
                 self._finishing.add(key)
-                await self._fail(claim, ResultNotEncodable(
-                    f"the handler's result cannot be stored as JSON ({type(e).__name__}: {e})"))
+                await self._fail(
+                    claim,
+                    ResultNotEncodable(
+                        f"the handler's result cannot be stored as JSON ({type(e).__name__}: {e})"
+                    ),
+                )
                 return
             if await self._complete(claim, encoded):
                 self.completed += 1
@@ -569,13 +596,16 @@ class Consumer:
         try:
             while True:
                 try:
-                    outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text,
-                                                         retry_in)
+                    outcome = await self.queue.jobs.fail(claim.job_id, claim.token, text, retry_in)
                     break
                 except Exception as e:  # noqa: BLE001 - any error: retry within the lease
                     if self._give_up(key):
-                        log.warning("job %s: could not record its failure within its lease"
-                                    " (%s); left to the reaper", claim.job_id, e)
+                        log.warning(
+                            "job %s: could not record its failure within its lease"
+                            " (%s); left to the reaper",
+                            claim.job_id,
+                            e,
+                        )
                         self.stale += 1
                         return
                     trouble.note(e)
@@ -630,14 +660,22 @@ class Consumer:
             while items:
                 if alone:
                     answers: list[Any] = await asyncio.gather(
-                        *(self.queue.jobs.complete_encoded([(d.job_id, d.token, d.result)])
-                          for d in items), return_exceptions=True)
+                        *(
+                            self.queue.jobs.complete_encoded([(d.job_id, d.token, d.result)])
+                            for d in items
+                        ),
+                        return_exceptions=True,
+                    )
                     outcome: list[bool | BaseException] = [
-                        a if isinstance(a, BaseException) else a[0] for a in answers]
+                        a if isinstance(a, BaseException) else a[0] for a in answers
+                    ]
                 else:
                     try:
-                        outcome = list(await self.queue.jobs.complete_encoded(
-                            [(d.job_id, d.token, d.result) for d in items]))
+                        outcome = list(
+                            await self.queue.jobs.complete_encoded(
+                                [(d.job_id, d.token, d.result) for d in items]
+                            )
+                        )
                     except Exception as e:  # noqa: BLE001 - retried below
                         outcome = [e] * len(items)
                 left = []
@@ -648,8 +686,11 @@ class Consumer:
                         trouble.note(verdict)
                         alone = alone or not isinstance(verdict, TRANSIENT)
                         if self._give_up((d.job_id, d.token)):
-                            log.warning("job %s: completion not through within its lease;"
-                                        " left to the reaper", d.job_id)
+                            log.warning(
+                                "job %s: completion not through within its lease;"
+                                " left to the reaper",
+                                d.job_id,
+                            )
                             d.fut.set_result(False)
                         else:
                             left.append(d)
@@ -679,8 +720,9 @@ class Consumer:
             # Start to start, never later than the interval: the re-claim bound (lapse +
             # reap interval) and the beats' margin inside the lapse are built on it. The
             # jitter, which keeps processes from beating in step, only makes it earlier.
-            pause = max(0.0, interval_ms / 1000 * random.uniform(0.8, 1.0)
-                        - (loop.time() - started))
+            pause = max(
+                0.0, interval_ms / 1000 * random.uniform(0.8, 1.0) - (loop.time() - started)
+            )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), pause)
 
@@ -742,8 +784,9 @@ class Consumer:
         t0 = loop.time()
         waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            await asyncio.wait(waits, timeout=max(0.0, timeout),
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                waits, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for w in waits:
                 w.cancel()
@@ -759,8 +802,9 @@ class Consumer:
         }
         if self.meta is not None:
             meta.update(self.meta())
-        _, applied = await self.queue.beat(self.worker_id, self.lapse_ms, meta,
-                                           idle_lapse_ms=self.idle_lapse_ms)
+        _, applied = await self.queue.beat(
+            self.worker_id, self.lapse_ms, meta, idle_lapse_ms=self.idle_lapse_ms
+        )
         return applied
 
     async def _reap_loop(self) -> None:
@@ -779,7 +823,8 @@ class Consumer:
             started = loop.time()
             try:
                 sweep = await self.queue.stalled.sweep(
-                    self.worker_id, self.reap_lock_ms, horizon_ms=self.lapse_ms)
+                    self.worker_id, self.reap_lock_ms, horizon_ms=self.lapse_ms
+                )
                 trouble.ok()
                 if sweep.moved:
                     # The jobs are back on their lanes and their wake token is on the wake
@@ -790,8 +835,10 @@ class Consumer:
                     self._kick.set()
                 if sweep.leader:
                     # The jitter only makes a turn earlier; +2 ms: land past the deadline.
-                    pause_ms = max(self.reap_interval_ms * random.uniform(0.8, 1.0),
-                                   min(sweep.wait_ms + 2, self.lapse_ms))
+                    pause_ms = max(
+                        self.reap_interval_ms * random.uniform(0.8, 1.0),
+                        min(sweep.wait_ms + 2, self.lapse_ms),
+                    )
                 else:
                     pause_ms = max(10, sweep.wait_ms) + random.uniform(1, 20)
             except Exception as e:  # noqa: BLE001 - any error: try again next interval

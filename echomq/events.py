@@ -19,8 +19,9 @@ class Events:
     def __init__(self, queue: Queue) -> None:
         self._q = queue
 
-    async def read(self, after: str = "$", *, block_ms: int | None = None, count: int = 500
-                   ) -> list[Event]:
+    async def read(
+        self, after: str = "$", *, block_ms: int | None = None, count: int = 500
+    ) -> list[Event]:
         """Events after ``after`` ("$" = only new ones), waiting up to ``block_ms``.
         Use a connection of its own for blocking reads."""
         reply: Any = await self._q.conn.xread(

@@ -113,8 +113,7 @@ class Jobs:
 
     async def complete_many(self, items: Iterable[tuple[str, int, Any]]) -> list[bool]:
         """Complete several jobs in one round trip; one verdict per item, in order."""
-        return await self.complete_encoded(
-            [(j, t, encode_result(r)) for j, t, r in items])
+        return await self.complete_encoded([(j, t, encode_result(r)) for j, t, r in items])
 
     async def complete_encoded(self, items: Iterable[tuple[str, int, bytes]]) -> list[bool]:
         """``complete_many`` with results already encoded by :func:`encode_result`, so a
@@ -219,4 +218,3 @@ class Jobs:
         for jid in ids:
             pipe.hgetall(self._keys.job(text(jid)))
         return [JobInfo.from_hash(row) for row in await pipe.execute() if row]
-

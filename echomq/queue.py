@@ -63,16 +63,29 @@ class Queue:
         r = await self.runner.run(SCRIPTS["promote"], [self.keys.prefix], [limit])
         return int(r[0])
 
-    async def heartbeat(self, worker_id: str, lapse_ms: int, meta: dict[str, Any] | None = None,
-                        ttl_ms: int = 3_600_000, *, idle_lapse_ms: int | None = None) -> int:
+    async def heartbeat(
+        self,
+        worker_id: str,
+        lapse_ms: int,
+        meta: dict[str, Any] | None = None,
+        ttl_ms: int = 3_600_000,
+        *,
+        idle_lapse_ms: int | None = None,
+    ) -> int:
         """Register ``worker_id`` as alive until server now + ``lapse_ms`` (+
         ``idle_lapse_ms`` instead while it holds no job); returns server now."""
         now, _ = await self.beat(worker_id, lapse_ms, meta, ttl_ms, idle_lapse_ms=idle_lapse_ms)
         return now
 
-    async def beat(self, worker_id: str, lapse_ms: int, meta: dict[str, Any] | None = None,
-                   ttl_ms: int = 3_600_000, *, idle_lapse_ms: int | None = None
-                   ) -> tuple[int, int]:
+    async def beat(
+        self,
+        worker_id: str,
+        lapse_ms: int,
+        meta: dict[str, Any] | None = None,
+        ttl_ms: int = 3_600_000,
+        *,
+        idle_lapse_ms: int | None = None,
+    ) -> tuple[int, int]:
         """``heartbeat``, returning ``(server now, the lapse applied)``: the short one
         while the worker holds jobs, the idle one while it holds none."""
         checks.name("worker_id", worker_id)

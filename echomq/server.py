@@ -181,8 +181,7 @@ _MAXMEMORY_FLOOR = 64 * 1024**2
 def machine_memory() -> int:
     """Bytes of RAM this process may use: physical memory, or the cgroup's limit if lower."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max",
-                       "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         with contextlib.suppress(OSError, ValueError):
             total = min(total, int(Path(limit_file).read_text().strip()))
     return total
@@ -235,8 +234,9 @@ class EmbeddedValkey:
             )
         if not 0 < maxmemory_share <= 1:
             raise ValueError(f"maxmemory_share must be in (0, 1], not {maxmemory_share!r}")
-        if maxmemory is not None and (isinstance(maxmemory, bool) or not isinstance(
-                maxmemory, int) or maxmemory < 0):
+        if maxmemory is not None and (
+            isinstance(maxmemory, bool) or not isinstance(maxmemory, int) or maxmemory < 0
+        ):
             raise ValueError(f"maxmemory must be an int >= 0 (bytes), not {maxmemory!r}")
         self.maxmemory = default_maxmemory(maxmemory_share) if maxmemory is None else maxmemory
         if unix_socket and port:

@@ -40,8 +40,7 @@ class Stalled:
         checks.integer("limit", limit, at_least=1)
         return (await self._sweep(limit, "", 0, 0)).moved
 
-    async def sweep(self, reaper_id: str, lock_ms: int, horizon_ms: int,
-                    limit: int = 100) -> Sweep:
+    async def sweep(self, reaper_id: str, lock_ms: int, horizon_ms: int, limit: int = 100) -> Sweep:
         """``reap`` as the queue's one reaper: only while holding (or on taking) the
         reaper lock ``SET NX PX lock_ms``; another holder's turn changes nothing.
         ``horizon_ms`` caps the wait reported (a job claimed later can come due no sooner

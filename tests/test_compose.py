@@ -112,8 +112,8 @@ def _run_args(argv: list[str]) -> Any:
 
 def test_the_subset_parser_reads_what_compose_needs() -> None:
     text = (
-        "a:\n  b: [\"x\", \"\"]\n  c: 3\n  d:\n    - 'p:q'\n    - \"8001:8000\"\n"
-        "  e: {}\n  f: plain text # note\n# comment\ng: \"${X:-1}\"\n"
+        'a:\n  b: ["x", ""]\n  c: 3\n  d:\n    - \'p:q\'\n    - "8001:8000"\n'
+        '  e: {}\n  f: plain text # note\n# comment\ng: "${X:-1}"\n'
     )
     assert load_subset(text) == {
         "a": {"b": ["x", ""], "c": 3, "d": ["p:q", "8001:8000"], "e": {}, "f": "plain text"},
@@ -122,7 +122,8 @@ def test_the_subset_parser_reads_what_compose_needs() -> None:
 
 
 def test_every_app_service_runs_a_real_codemojex_subcommand(
-        app_services: dict[str, dict[str, Any]]) -> None:
+    app_services: dict[str, dict[str, Any]],
+) -> None:
     commands = {name: _run_args(svc["command"]).command for name, svc in app_services.items()}
     assert sorted(commands.values()).count("web") >= 2
     assert "migrate" in commands.values()
@@ -133,7 +134,8 @@ def test_every_app_service_runs_a_real_codemojex_subcommand(
 
 
 def test_web_servers_listen_on_every_interface_inside_their_container(
-        app_services: dict[str, dict[str, Any]]) -> None:
+    app_services: dict[str, dict[str, Any]],
+) -> None:
     for name, svc in app_services.items():
         args = _run_args(svc["command"])
         if args.command == "web":
@@ -143,7 +145,8 @@ def test_web_servers_listen_on_every_interface_inside_their_container(
 
 
 def test_workers_run_three_replicas_with_time_to_release_their_jobs(
-        app_services: dict[str, dict[str, Any]]) -> None:
+    app_services: dict[str, dict[str, Any]],
+) -> None:
     workers = [s for s in app_services.values() if _run_args(s["command"]).command == "worker"]
     assert sum(s.get("deploy", {}).get("replicas", 1) for s in workers) == 3
     for svc in workers:
@@ -151,8 +154,7 @@ def test_workers_run_three_replicas_with_time_to_release_their_jobs(
         assert int(svc["stop_grace_period"].rstrip("s")) > Config().lease_ms // 1000
 
 
-def test_environment_names_are_ones_config_reads(
-        app_services: dict[str, dict[str, Any]]) -> None:
+def test_environment_names_are_ones_config_reads(app_services: dict[str, dict[str, Any]]) -> None:
     for name, svc in app_services.items():
         env = svc.get("environment") or {}
         assert isinstance(env, dict), f"{name}: use the mapping form of environment"
@@ -161,15 +163,17 @@ def test_environment_names_are_ones_config_reads(
             for ref in re.findall(r"\$\{(\w+)", str(value)):
                 assert ref in KNOWN_VARS or not ref.startswith("CODEMOJEX_"), ref
         role = _run_args(svc["command"]).command
-        needed = {"migrate": {"CODEMOJEX_DATABASE_URL"},
-                  "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL"},
-                  "web": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL",
-                          "CODEMOJEX_ADMIN_TOKEN"}}[role]
+        needed = {
+            "migrate": {"CODEMOJEX_DATABASE_URL"},
+            "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL"},
+            "web": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL", "CODEMOJEX_ADMIN_TOKEN"},
+        }[role]
         assert needed <= set(env), f"{name} lacks {needed - set(env)}"
 
 
 def test_urls_point_at_the_services_that_exist(
-        compose: dict[str, Any], app_services: dict[str, dict[str, Any]]) -> None:
+    compose: dict[str, Any], app_services: dict[str, dict[str, Any]]
+) -> None:
     services = compose["services"]
     for svc in app_services.values():
         env = svc["environment"]
@@ -187,7 +191,10 @@ def test_depends_on_names_and_volumes_exist(compose: dict[str, Any]) -> None:
             assert dep in services, f"{name} depends on unknown {dep}"
             if isinstance(deps, dict):
                 assert deps[dep]["condition"] in (
-                    "service_started", "service_healthy", "service_completed_successfully")
+                    "service_started",
+                    "service_healthy",
+                    "service_completed_successfully",
+                )
                 if deps[dep]["condition"] == "service_healthy":
                     assert "healthcheck" in services[dep], dep
         for volume in svc.get("volumes") or []:
@@ -214,11 +221,17 @@ def test_dockerfile_installs_the_package_with_everything_the_wheel_packs() -> No
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.MULTILINE)
     assert re.search(r"^RUN pip install \.", text, re.MULTILINE)
-    copied = {src for line in re.findall(r"^COPY (.+)$", text, re.MULTILINE) for src in line.split()[:-1]}
+    copied = {
+        src for line in re.findall(r"^COPY (.+)$", text, re.MULTILINE) for src in line.split()[:-1]
+    }
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     wheel = project["tool"]["hatch"]["build"]["targets"]["wheel"]
-    needed = {*wheel["packages"], *wheel.get("force-include", {}), "pyproject.toml",
-              project["project"]["readme"]}
+    needed = {
+        *wheel["packages"],
+        *wheel.get("force-include", {}),
+        "pyproject.toml",
+        project["project"]["readme"],
+    }
     assert needed <= copied, f"the image lacks {needed - copied}"
     cmd = re.search(r"^CMD (\[.*\])\s*$", text, re.MULTILINE)
     assert cmd is not None
@@ -227,7 +240,8 @@ def test_dockerfile_installs_the_package_with_everything_the_wheel_packs() -> No
 
 
 def test_every_app_service_has_a_health_check_that_reads_what_it_provides(
-        app_services: dict[str, dict[str, Any]]) -> None:
+    app_services: dict[str, dict[str, Any]],
+) -> None:
     for name, svc in app_services.items():
         if svc["command"][:2] == ["codemojex", "web"]:
             assert "/readyz" in " ".join(svc["healthcheck"]["test"]), name

@@ -79,8 +79,7 @@ async def list_guesses(request: Request) -> Response:
         raise InvalidBody("the round_id query parameter is required")
     if not is_branded(round_id, "RND") or await services.game.rounds.get(round_id) is None:
         raise RoundNotFound("no such round")
-    return JSONResponse(
-        {"guesses": await services.game.guesses_of(player.player_id, round_id)})
+    return JSONResponse({"guesses": await services.game.guesses_of(player.player_id, round_id)})
 
 
 async def guess_by_id(request: Request) -> Response:
@@ -112,7 +111,8 @@ async def healthz(request: Request) -> Response:
     down = " and ".join(name for name, ok in health.items() if not ok)
     return JSONResponse(
         {"error": "unavailable", "detail": f"{down} not answering", **health},
-        status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
     )
 
 

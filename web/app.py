@@ -47,6 +47,7 @@ log = logging.getLogger("codemojex.web")
 STATIC_DIR = Path(__file__).with_name("static")
 METRICS_QUEUE_TIMEOUT_S = 2.0
 
+
 async def index(_request: Request) -> Response:
     return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 

@@ -39,7 +39,10 @@ MAX_IDEMPOTENCY_KEY_CHARS = 128
 # What "the backend is down" looks like from here: redis' ConnectionError/TimeoutError (and
 # the rest of its tree), SQLAlchemy's OperationalError/DBAPIError, raw sockets, timeouts.
 BACKEND_ERRORS: tuple[type[Exception], ...] = (
-    RedisError, SQLAlchemyError, OSError, asyncio.TimeoutError,
+    RedisError,
+    SQLAlchemyError,
+    OSError,
+    asyncio.TimeoutError,
 )
 
 
@@ -111,8 +114,10 @@ async def on_backend_error(_request: Request, exc: Exception) -> Response:
 
 
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
-    (b"content-security-policy",
-     b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
@@ -120,8 +125,9 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 _NO_STORE = (b"cache-control", b"no-store")
 
 
-def _with_security_headers(headers: list[tuple[bytes, bytes]], api: bool
-                           ) -> list[tuple[bytes, bytes]]:
+def _with_security_headers(
+    headers: list[tuple[bytes, bytes]], api: bool
+) -> list[tuple[bytes, bytes]]:
     present = {name.lower() for name, _ in headers}
     out = headers + [h for h in SECURITY_HEADERS if h[0] not in present]
     if api and b"cache-control" not in present:
@@ -167,8 +173,10 @@ class Edge:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": _with_security_headers(
-                    list(message.get("headers", [])), api)}
+                message = {
+                    **message,
+                    "headers": _with_security_headers(list(message.get("headers", [])), api),
+                }
             await send(message)
 
         try:
@@ -241,9 +249,7 @@ def idempotency_key(value: str | None) -> str | None:
     """A usable ``Idempotency-Key`` (1–128 printable ASCII characters), or None if absent."""
     if value is None:
         return None
-    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY_CHARS or not all(
-        " " < ch <= "~" for ch in value
-    ):
+    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY_CHARS or not all(" " < ch <= "~" for ch in value):
         raise InvalidBody(
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters"
         )

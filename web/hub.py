@@ -71,10 +71,17 @@ def score_message(event: echomq.Event) -> dict[str, Any] | None:
     if not isinstance(r, dict) or not isinstance(r.get("player_id"), str):
         return None
     return {
-        "type": "score", "event_id": event.event_id, "job_id": event.job_id,
-        "round_id": r.get("round_id"), "player_id": r["player_id"], "seq": r.get("seq"),
-        "guess": r.get("guess"), "exact": r.get("exact"), "near": r.get("near"),
-        "solved": r.get("solved"), "points": r.get("points"),
+        "type": "score",
+        "event_id": event.event_id,
+        "job_id": event.job_id,
+        "round_id": r.get("round_id"),
+        "player_id": r["player_id"],
+        "seq": r.get("seq"),
+        "guess": r.get("guess"),
+        "exact": r.get("exact"),
+        "near": r.get("near"),
+        "solved": r.get("solved"),
+        "points": r.get("points"),
     }
 
 
@@ -119,8 +126,11 @@ class Hub:
         if self._tasks:
             _, stuck = await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S)
             for task in stuck:
-                log.warning("hub: %s did not stop within %.0f s; leaving it",
-                            task.get_name(), CLOSE_TIMEOUT_S)
+                log.warning(
+                    "hub: %s did not stop within %.0f s; leaving it",
+                    task.get_name(),
+                    CLOSE_TIMEOUT_S,
+                )
         self._tasks = []
         if self._reader is not None:
             with contextlib.suppress(Exception):
@@ -224,8 +234,10 @@ class Hub:
     async def _follow(self) -> None:
         assert self.game.config.valkey_url
         self._reader = redis.asyncio.Redis.from_url(
-            self.game.config.valkey_url, socket_timeout=READER_SOCKET_TIMEOUT_S,
-            socket_connect_timeout=2, socket_keepalive=True,
+            self.game.config.valkey_url,
+            socket_timeout=READER_SOCKET_TIMEOUT_S,
+            socket_connect_timeout=2,
+            socket_keepalive=True,
         )
         positions: dict[Any, Any] = {}  # stream key -> last id seen
         delay = 0.1
@@ -241,8 +253,9 @@ class Hub:
                 reply = await self._reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
                 delay = 0.1
             except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
-                log.warning("events reader: %s: %s; retrying in %.1fs",
-                            type(exc).__name__, exc, delay)
+                log.warning(
+                    "events reader: %s: %s; retrying in %.1fs", type(exc).__name__, exc, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
@@ -274,8 +287,14 @@ class Hub:
             if self._offer(conn, out):
                 self.metrics.scores_pushed.inc()
         if isinstance(msg["round_id"], str):
-            self.progress.scored(msg["round_id"], msg["player_id"], msg["seq"], msg["exact"],
-                                 msg["near"], bool(msg["solved"]))
+            self.progress.scored(
+                msg["round_id"],
+                msg["player_id"],
+                msg["seq"],
+                msg["exact"],
+                msg["near"],
+                bool(msg["solved"]),
+            )
         if msg["solved"]:
             self._board_dirty = True  # only a solve can change anyone's points
 
@@ -331,11 +350,15 @@ class Hub:
                 self._board = board
                 self.broadcast({"type": "leaderboard", "players": board})
 
-    async def _progress_message(self, round_id: str,
-                                players: dict[str, PlayerProgress]) -> dict[str, Any]:
+    async def _progress_message(
+        self, round_id: str, players: dict[str, PlayerProgress]
+    ) -> dict[str, Any]:
         names = await self._names_of(players)
-        return {"type": "progress", "round_id": round_id,
-                "players": [p.row(pid, names[pid]) for pid, p in players.items()]}
+        return {
+            "type": "progress",
+            "round_id": round_id,
+            "players": [p.row(pid, names[pid]) for pid, p in players.items()],
+        }
 
     async def _names_of(self, player_ids: Any) -> dict[str, str]:
         missing = [pid for pid in player_ids if pid not in self._names]

@@ -40,7 +40,8 @@ class QueueCollector(Collector):
         if not s:
             return
         depth = GaugeMetricFamily(
-            "codemojex_queue_jobs", "Guess jobs by EchoMQ state", labels=["state"])
+            "codemojex_queue_jobs", "Guess jobs by EchoMQ state", labels=["state"]
+        )
         for state in ("pending", "active", "scheduled", "completed", "dead"):
             depth.add_metric([state], s.get(state, 0))
         yield depth
@@ -49,8 +50,11 @@ class QueueCollector(Collector):
         yield lanes
         c = s.get("counters", {})
         for name, key, text in (
-            ("codemojex_stale_completions_refused", "stale_refused",
-             "Stale (fenced-off) calls the queue refused"),
+            (
+                "codemojex_stale_completions_refused",
+                "stale_refused",
+                "Stale (fenced-off) calls the queue refused",
+            ),
             ("codemojex_reclaims", "reclaimed", "Jobs the reaper returned to their lane"),
             ("codemojex_queue_accepted", "accepted", "Guesses enqueued, all processes"),
             ("codemojex_queue_scored", "scored", "Guesses completed, all processes"),
@@ -65,18 +69,25 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.submissions = Counter(
-            "codemojex_submissions", "Guess submissions by outcome (accepted, replayed or "
-            "the error code)", ["outcome"], registry=self.registry)
+            "codemojex_submissions",
+            "Guess submissions by outcome (accepted, replayed or the error code)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.scores_pushed = Counter(
-            "codemojex_scores_pushed", "Score messages handed to sockets",
-            registry=self.registry)
+            "codemojex_scores_pushed", "Score messages handed to sockets", registry=self.registry
+        )
         self.score_latency = Histogram(
             "codemojex_score_latency_seconds",
             "From acceptance (the JOB id's mint time) to the completion event",
-            buckets=_LATENCY_BUCKETS, registry=self.registry)
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.sockets_evicted = Counter(
-            "codemojex_sockets_evicted", "Sockets closed 4008 for falling behind",
-            registry=self.registry)
+            "codemojex_sockets_evicted",
+            "Sockets closed 4008 for falling behind",
+            registry=self.registry,
+        )
         self.queue = QueueCollector()
         self.registry.register(self.queue)
 

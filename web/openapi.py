@@ -11,9 +11,20 @@ from typing import Any
 from web.errors import MAX_BODY_BYTES
 
 _ERROR_CODES = [
-    "invalid_body", "invalid_guess", "unauthorized", "forbidden", "not_found", "round_closed",
-    "body_too_large", "method_not_allowed", "request_timeout", "lane_full", "rate_limited",
-    "idempotency_conflict", "conflict", "unavailable",
+    "invalid_body",
+    "invalid_guess",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "round_closed",
+    "body_too_large",
+    "method_not_allowed",
+    "request_timeout",
+    "lane_full",
+    "rate_limited",
+    "idempotency_conflict",
+    "conflict",
+    "unavailable",
 ]
 
 _ID = {
@@ -37,88 +48,173 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return {str(s): {"$ref": f"#/components/responses/E{s}"} for s in statuses}
 
 
-def _obj(props: dict[str, Any], required: list[str] | None = None,
-         **extra: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": props,
-            "required": list(props) if required is None else required, **extra}
+def _obj(props: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props) if required is None else required,
+        **extra,
+    }
 
 
 _SCHEMAS: dict[str, Any] = {
-    "Error": _obj({
-        "error": {"type": "string", "enum": _ERROR_CODES},
-        "detail": {"type": "string"},
-    }),
-    "NewPlayerBody": _obj({"name": {
-        "type": "string", "minLength": 1, "maxLength": 32,
-        "description": "no control, format or other invisible characters"}},
-        additionalProperties=True),
-    "NewPlayer": _obj({"player_id": _ID["PLR"], "name": {"type": "string"},
-                       "token": {"type": "string", "description": "shown once"}}),
-    "Round": _obj({
-        "round_id": _ID["RND"], "length": {"type": "integer"}, "palette": _EMOJIS,
-        "opens_at": _MS, "closes_at": _MS, "state": {"type": "string", "enum": ["open", "closed"]},
-        "secret": {**_EMOJIS, "description": "closed rounds only"},
-        "solvers": {"type": "array", "description": "closed rounds only, in acceptance order",
-                    "items": _obj({"player_id": _ID["PLR"], "name": {"type": "string"},
-                                   "seq": {"type": "integer"}})},
-    }, ["round_id", "length", "palette", "opens_at", "closes_at", "state"]),
-    "GuessBody": _obj({"round_id": _ID["RND"], "guess": {
-        **_EMOJIS, "description": "exactly `length` palette emojis"}},
-        additionalProperties=True),
+    "Error": _obj(
+        {
+            "error": {"type": "string", "enum": _ERROR_CODES},
+            "detail": {"type": "string"},
+        }
+    ),
+    "NewPlayerBody": _obj(
+        {
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 32,
+                "description": "no control, format or other invisible characters",
+            }
+        },
+        additionalProperties=True,
+    ),
+    "NewPlayer": _obj(
+        {
+            "player_id": _ID["PLR"],
+            "name": {"type": "string"},
+            "token": {"type": "string", "description": "shown once"},
+        }
+    ),
+    "Round": _obj(
+        {
+            "round_id": _ID["RND"],
+            "length": {"type": "integer"},
+            "palette": _EMOJIS,
+            "opens_at": _MS,
+            "closes_at": _MS,
+            "state": {"type": "string", "enum": ["open", "closed"]},
+            "secret": {**_EMOJIS, "description": "closed rounds only"},
+            "solvers": {
+                "type": "array",
+                "description": "closed rounds only, in acceptance order",
+                "items": _obj(
+                    {
+                        "player_id": _ID["PLR"],
+                        "name": {"type": "string"},
+                        "seq": {"type": "integer"},
+                    }
+                ),
+            },
+        },
+        ["round_id", "length", "palette", "opens_at", "closes_at", "state"],
+    ),
+    "GuessBody": _obj(
+        {
+            "round_id": _ID["RND"],
+            "guess": {**_EMOJIS, "description": "exactly `length` palette emojis"},
+        },
+        additionalProperties=True,
+    ),
     "Accepted": _obj({"job_id": _ID["JOB"], "seq": {"type": "integer", "minimum": 0}}),
-    "Score": _obj({"exact": {"type": "integer"}, "near": {"type": "integer"},
-                   "solved": {"type": "boolean"}, "points": {"type": "integer"}}),
-    "Guess": _obj({
-        "job_id": _ID["JOB"], "round_id": _ID["RND"], "seq": {"type": "integer"},
-        "guess": _EMOJIS,
-        "state": {"type": "string",
-                  "enum": ["pending", "active", "scheduled", "completed", "dead"]},
-        "attempts": {"type": "integer"},
-        "score": {"oneOf": [_ref("Score"), {"type": "null"}]},
-    }),
+    "Score": _obj(
+        {
+            "exact": {"type": "integer"},
+            "near": {"type": "integer"},
+            "solved": {"type": "boolean"},
+            "points": {"type": "integer"},
+        }
+    ),
+    "Guess": _obj(
+        {
+            "job_id": _ID["JOB"],
+            "round_id": _ID["RND"],
+            "seq": {"type": "integer"},
+            "guess": _EMOJIS,
+            "state": {
+                "type": "string",
+                "enum": ["pending", "active", "scheduled", "completed", "dead"],
+            },
+            "attempts": {"type": "integer"},
+            "score": {"oneOf": [_ref("Score"), {"type": "null"}]},
+        }
+    ),
     "Guesses": _obj({"guesses": {"type": "array", "items": _ref("Guess")}}),
-    "Leaderboard": _obj({"players": {"type": "array", "items": _obj({
-        "player_id": _ID["PLR"], "name": {"type": "string"}, "points": {"type": "integer"},
-        "solved_rounds": {"type": "integer"}})}}),
-    "Health": _obj({"status": {"type": "string"}, "valkey": {"type": "boolean"},
-                    "sql": {"type": "boolean"}}, ["valkey", "sql"]),
-    "Worker": _obj({
-        "worker_id": {"type": "string"}, "pid": {"type": ["integer", "null"]},
-        "host": {"type": ["string", "null"]},
-        "state": {"type": "string", "enum": ["idle", "scoring", "dead"]},
-        "job_id": {"type": ["string", "null"]},
-        "lease_remaining_ms": {"type": ["integer", "null"]},
-        "jobs_done": {"type": "integer"}, "alive": {"type": "boolean"},
-        "exit_reason": {"type": ["string", "null"]},
-        "killed_holding": {"type": ["array", "null"], "items": {"type": "string"},
-                           "description": "Killed by an order: the jobs it was scoring then."},
-    }),
+    "Leaderboard": _obj(
+        {
+            "players": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "player_id": _ID["PLR"],
+                        "name": {"type": "string"},
+                        "points": {"type": "integer"},
+                        "solved_rounds": {"type": "integer"},
+                    }
+                ),
+            }
+        }
+    ),
+    "Health": _obj(
+        {"status": {"type": "string"}, "valkey": {"type": "boolean"}, "sql": {"type": "boolean"}},
+        ["valkey", "sql"],
+    ),
+    "Worker": _obj(
+        {
+            "worker_id": {"type": "string"},
+            "pid": {"type": ["integer", "null"]},
+            "host": {"type": ["string", "null"]},
+            "state": {"type": "string", "enum": ["idle", "scoring", "dead"]},
+            "job_id": {"type": ["string", "null"]},
+            "lease_remaining_ms": {"type": ["integer", "null"]},
+            "jobs_done": {"type": "integer"},
+            "alive": {"type": "boolean"},
+            "exit_reason": {"type": ["string", "null"]},
+            "killed_holding": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "Killed by an order: the jobs it was scoring then.",
+            },
+        }
+    ),
     "Workers": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
     "WorkerId": _obj({"worker_id": {"type": "string"}}, ["worker_id"]),
-    "Queue": _obj({
-        **{k: {"type": "integer"} for k in ("pending", "active", "scheduled", "completed",
-                                            "dead")},
-        "lanes": {"type": "array", "items": _obj({"lane": {"type": "string"},
-                                                  "depth": {"type": "integer"}})},
-        "counters": {"type": "object", "additionalProperties": {"type": "integer"},
-                     "description": "accepted, scored, stale_refused, reclaimed, failed, "
-                                    "dead, retried, released"},
-    }),
-    "DeadJob": _obj({
-        "job_id": _ID["JOB"], "lane": {"type": ["string", "null"]},
-        "payload": {"description": "the job's payload (operators only)"},
-        "error": {"type": ["string", "null"]}, "reason": {"type": ["string", "null"]},
-        "attempts": {"type": "integer"}, "died_at": _MS,
-        "retried_at": {"type": ["integer", "null"]},
-    }),
+    "Queue": _obj(
+        {
+            **{
+                k: {"type": "integer"}
+                for k in ("pending", "active", "scheduled", "completed", "dead")
+            },
+            "lanes": {
+                "type": "array",
+                "items": _obj({"lane": {"type": "string"}, "depth": {"type": "integer"}}),
+            },
+            "counters": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "description": "accepted, scored, stale_refused, reclaimed, failed, "
+                "dead, retried, released",
+            },
+        }
+    ),
+    "DeadJob": _obj(
+        {
+            "job_id": _ID["JOB"],
+            "lane": {"type": ["string", "null"]},
+            "payload": {"description": "the job's payload (operators only)"},
+            "error": {"type": ["string", "null"]},
+            "reason": {"type": ["string", "null"]},
+            "attempts": {"type": "integer"},
+            "died_at": _MS,
+            "retried_at": {"type": ["integer", "null"]},
+        }
+    ),
     "DeadJobs": _obj({"jobs": {"type": "array", "items": _ref("DeadJob")}}),
     "JobState": _obj({"job_id": _ID["JOB"], "state": {"type": "string"}}),
 }
 
 _RETRY_AFTER = {"Retry-After": {"description": "whole seconds", "schema": {"type": "integer"}}}
 _RESPONSES: dict[str, Any] = {
-    f"E{status}": {**_json(_ref("Error"), text), **({"headers": _RETRY_AFTER}
-                                                    if status in (429, 503) else {})}
+    f"E{status}": {
+        **_json(_ref("Error"), text),
+        **({"headers": _RETRY_AFTER} if status in (429, 503) else {}),
+    }
     for status, text in {
         400: "invalid_body (malformed JSON, lone surrogates, wrong shape) or invalid_guess",
         401: "unauthorized: missing or bad bearer token",
@@ -129,8 +225,8 @@ _RESPONSES: dict[str, Any] = {
         408: "request_timeout: the body did not arrive in time",
         413: f"body_too_large: more than {MAX_BODY_BYTES} bytes",
         429: "lane_full: too many guesses pending (accepted, not yet scored); or "
-             "rate_limited: guesses (or new players from one address) sent faster than the "
-             "allowed rate (a token bucket on the server clock); retry after Retry-After",
+        "rate_limited: guesses (or new players from one address) sent faster than the "
+        "allowed rate (a token bucket on the server clock); retry after Retry-After",
         503: "unavailable: Valkey or SQL is down; retry after Retry-After",
     }.items()
 }
@@ -139,15 +235,23 @@ _PLAYER: list[dict[str, list[str]]] = [{"playerToken": []}]
 _ADMIN: list[dict[str, list[str]]] = [{"adminToken": []}]
 
 
-def _op(summary: str, ok: dict[str, Any], errors: tuple[int, ...], *,
-        security: list[dict[str, list[str]]] | None = None, body: str | None = None,
-        params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _op(
+    summary: str,
+    ok: dict[str, Any],
+    errors: tuple[int, ...],
+    *,
+    security: list[dict[str, list[str]]] | None = None,
+    body: str | None = None,
+    params: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "responses": {**ok, **_errors(*errors, 405, 503)}}
     if security is not None:
         op["security"] = security
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {
-            "schema": _ref(body)}}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
     if params:
         op["parameters"] = params
     return op
@@ -164,80 +268,178 @@ def _query_param(name: str, required: bool) -> dict[str, Any]:
 _ADMIN_ERRORS = (401,)
 
 _PATHS: dict[str, Any] = {
-    "/api/players": {"post": _op(
-        "Join: create a player", {"201": _json(_ref("NewPlayer"), "the player and its token")},
-        (400, 408, 413, 429), body="NewPlayerBody")},
-    "/api/round": {"get": _op(
-        "The current round", {"200": _json(_ref("Round"), "the current round")}, ())},
-    "/api/rounds/{round_id}": {"get": _op(
-        "One round; closed rounds carry the secret and the solvers",
-        {"200": _json(_ref("Round"), "the round")}, (404,),
-        params=[_path_param("round_id", {"type": "string"})])},
+    "/api/players": {
+        "post": _op(
+            "Join: create a player",
+            {"201": _json(_ref("NewPlayer"), "the player and its token")},
+            (400, 408, 413, 429),
+            body="NewPlayerBody",
+        )
+    },
+    "/api/round": {
+        "get": _op("The current round", {"200": _json(_ref("Round"), "the current round")}, ())
+    },
+    "/api/rounds/{round_id}": {
+        "get": _op(
+            "One round; closed rounds carry the secret and the solvers",
+            {"200": _json(_ref("Round"), "the round")},
+            (404,),
+            params=[_path_param("round_id", {"type": "string"})],
+        )
+    },
     "/api/guesses": {
-        "post": {**_op(
-            "Submit a guess (checks in order: 401, 413, 400, 404, 409, 429)",
-            {"202": _json(_ref("Accepted"), "accepted (or an idempotent replay)")},
-            (400, 401, 404, 408, 409, 413, 429), security=_PLAYER, body="GuessBody",
-            params=[{"name": "Idempotency-Key", "in": "header", "required": False,
-                     "description": "per player, kept 24 h; same body → same job_id; a "
-                                    "different body → 409 idempotency_conflict",
-                     "schema": {"type": "string", "minLength": 1, "maxLength": 128}}])},
-        "get": _op("Your own guesses in a round", {"200": _json(_ref("Guesses"), "guesses")},
-                   (400, 401, 404), security=_PLAYER, params=[_query_param("round_id", True)]),
+        "post": {
+            **_op(
+                "Submit a guess (checks in order: 401, 413, 400, 404, 409, 429)",
+                {"202": _json(_ref("Accepted"), "accepted (or an idempotent replay)")},
+                (400, 401, 404, 408, 409, 413, 429),
+                security=_PLAYER,
+                body="GuessBody",
+                params=[
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "description": "per player, kept 24 h; same body → same job_id; a "
+                        "different body → 409 idempotency_conflict",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+                    }
+                ],
+            )
+        },
+        "get": _op(
+            "Your own guesses in a round",
+            {"200": _json(_ref("Guesses"), "guesses")},
+            (400, 401, 404),
+            security=_PLAYER,
+            params=[_query_param("round_id", True)],
+        ),
     },
-    "/api/guesses/{job_id}": {"get": _op(
-        "One of your guesses, with its EchoMQ state and score",
-        {"200": _json(_ref("Guess"), "the guess")}, (401, 403, 404), security=_PLAYER,
-        params=[_path_param("job_id", {"type": "string"})])},
-    "/api/leaderboard": {"get": _op(
-        "All-time leaderboard, or one round's", {"200": _json(_ref("Leaderboard"), "players")},
-        (404,), params=[_query_param("round_id", False)])},
-    "/healthz": {"get": _op(
-        "Valkey and SQL answer", {"200": _json(_ref("Health"), "healthy")}, ())},
-    "/readyz": {"get": _op(
-        "Ready for traffic: Valkey and SQL answer (as /healthz)",
-        {"200": _json(_ref("Health"), "ready")}, ())},
-    "/livez": {"get": _op(
-        "The process serves requests (nothing else is checked)",
-        {"200": _json(_obj({"status": {"type": "string"}}), "alive")}, ())},
-    "/metrics": {"get": _op("Prometheus metrics", {"200": {
-        "description": "Prometheus text format",
-        "content": {"text/plain": {"schema": {"type": "string"}}}}}, ())},
-    "/openapi.json": {"get": _op("This document", {"200": _json({"type": "object"},
-                                                                "OpenAPI 3.1")}, ())},
-    "/ws": {"get": _op(
-        "The live socket (WebSocket upgrade): round, leaderboard, replay with after=, then "
-        "score (own guesses only), progress, round and leaderboard messages; the client "
-        "sends {type: guess, round_id, guess, client_id}",
-        {"101": {"description": "switching protocols"}}, (403,),
-        params=[{"name": "token", "in": "query", "required": True, "schema": {"type": "string"}},
-                {"name": "after", "in": "query", "required": False,
-                 "schema": {"type": "string"}, "description": "the last event_id seen"}])},
+    "/api/guesses/{job_id}": {
+        "get": _op(
+            "One of your guesses, with its EchoMQ state and score",
+            {"200": _json(_ref("Guess"), "the guess")},
+            (401, 403, 404),
+            security=_PLAYER,
+            params=[_path_param("job_id", {"type": "string"})],
+        )
+    },
+    "/api/leaderboard": {
+        "get": _op(
+            "All-time leaderboard, or one round's",
+            {"200": _json(_ref("Leaderboard"), "players")},
+            (404,),
+            params=[_query_param("round_id", False)],
+        )
+    },
+    "/healthz": {
+        "get": _op("Valkey and SQL answer", {"200": _json(_ref("Health"), "healthy")}, ())
+    },
+    "/readyz": {
+        "get": _op(
+            "Ready for traffic: Valkey and SQL answer (as /healthz)",
+            {"200": _json(_ref("Health"), "ready")},
+            (),
+        )
+    },
+    "/livez": {
+        "get": _op(
+            "The process serves requests (nothing else is checked)",
+            {"200": _json(_obj({"status": {"type": "string"}}), "alive")},
+            (),
+        )
+    },
+    "/metrics": {
+        "get": _op(
+            "Prometheus metrics",
+            {
+                "200": {
+                    "description": "Prometheus text format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+            (),
+        )
+    },
+    "/openapi.json": {
+        "get": _op("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, ())
+    },
+    "/ws": {
+        "get": _op(
+            "The live socket (WebSocket upgrade): round, leaderboard, replay with after=, then "
+            "score (own guesses only), progress, round and leaderboard messages; the client "
+            "sends {type: guess, round_id, guess, client_id}",
+            {"101": {"description": "switching protocols"}},
+            (403,),
+            params=[
+                {"name": "token", "in": "query", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": "the last event_id seen",
+                },
+            ],
+        )
+    },
     "/api/admin/workers": {
-        "get": _op("Every worker known recently", {"200": _json(_ref("Workers"), "workers")},
-                   _ADMIN_ERRORS, security=_ADMIN),
-        "post": _op("Start one more ScoreWorker where a supervisor runs",
-                    {"201": _json(_ref("WorkerId"), "the new worker's id")},
-                    (*_ADMIN_ERRORS, 409), security=_ADMIN),
+        "get": _op(
+            "Every worker known recently",
+            {"200": _json(_ref("Workers"), "workers")},
+            _ADMIN_ERRORS,
+            security=_ADMIN,
+        ),
+        "post": _op(
+            "Start one more ScoreWorker where a supervisor runs",
+            {"201": _json(_ref("WorkerId"), "the new worker's id")},
+            (*_ADMIN_ERRORS, 409),
+            security=_ADMIN,
+        ),
     },
-    "/api/admin/workers/{worker_id}/kill": {"post": _op(
-        "SIGKILL a worker process, wherever it runs",
-        {"202": _json(_ref("WorkerId"), "kill ordered")}, (*_ADMIN_ERRORS, 404, 409),
-        security=_ADMIN, params=[_path_param("worker_id", {"type": "string"})])},
-    "/api/admin/queue": {"get": _op(
-        "Queue depths, lanes and counters", {"200": _json(_ref("Queue"), "the queue")},
-        _ADMIN_ERRORS, security=_ADMIN)},
-    "/api/admin/dead": {"get": _op(
-        "Dead jobs on the durable floor", {"200": _json(_ref("DeadJobs"), "dead jobs")},
-        _ADMIN_ERRORS, security=_ADMIN)},
-    "/api/admin/dead/{job_id}/retry": {"post": _op(
-        "Put a dead job back on its lane", {"202": _json(_ref("JobState"), "retried")},
-        (*_ADMIN_ERRORS, 404, 409), security=_ADMIN,
-        params=[_path_param("job_id", {"type": "string"})])},
-    "/api/admin/dead/{job_id}": {"delete": _op(
-        "Discard a dead job", {"200": _json(_ref("JobState"), "discarded")},
-        (*_ADMIN_ERRORS, 404), security=_ADMIN,
-        params=[_path_param("job_id", {"type": "string"})])},
+    "/api/admin/workers/{worker_id}/kill": {
+        "post": _op(
+            "SIGKILL a worker process, wherever it runs",
+            {"202": _json(_ref("WorkerId"), "kill ordered")},
+            (*_ADMIN_ERRORS, 404, 409),
+            security=_ADMIN,
+            params=[_path_param("worker_id", {"type": "string"})],
+        )
+    },
+    "/api/admin/queue": {
+        "get": _op(
+            "Queue depths, lanes and counters",
+            {"200": _json(_ref("Queue"), "the queue")},
+            _ADMIN_ERRORS,
+            security=_ADMIN,
+        )
+    },
+    "/api/admin/dead": {
+        "get": _op(
+            "Dead jobs on the durable floor",
+            {"200": _json(_ref("DeadJobs"), "dead jobs")},
+            _ADMIN_ERRORS,
+            security=_ADMIN,
+        )
+    },
+    "/api/admin/dead/{job_id}/retry": {
+        "post": _op(
+            "Put a dead job back on its lane",
+            {"202": _json(_ref("JobState"), "retried")},
+            (*_ADMIN_ERRORS, 404, 409),
+            security=_ADMIN,
+            params=[_path_param("job_id", {"type": "string"})],
+        )
+    },
+    "/api/admin/dead/{job_id}": {
+        "delete": _op(
+            "Discard a dead job",
+            {"200": _json(_ref("JobState"), "discarded")},
+            (*_ADMIN_ERRORS, 404),
+            security=_ADMIN,
+            params=[_path_param("job_id", {"type": "string"})],
+        )
+    },
 }
 
 
@@ -249,7 +451,7 @@ def openapi_document() -> dict[str, Any]:
             "version": "1",
             "description": (
                 "Real-time many-player emoji Mastermind. Bodies are JSON, at most "
-                f"{MAX_BODY_BYTES} bytes. Every error is {{\"error\": code, \"detail\": text}}."
+                f'{MAX_BODY_BYTES} bytes. Every error is {{"error": code, "detail": text}}.'
             ),
         },
         "paths": _PATHS,
@@ -257,10 +459,16 @@ def openapi_document() -> dict[str, Any]:
             "schemas": _SCHEMAS,
             "responses": _RESPONSES,
             "securitySchemes": {
-                "playerToken": {"type": "http", "scheme": "bearer",
-                                "description": "the token from POST /api/players"},
-                "adminToken": {"type": "http", "scheme": "bearer",
-                               "description": "CODEMOJEX_ADMIN_TOKEN (or the generated one)"},
+                "playerToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the token from POST /api/players",
+                },
+                "adminToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "CODEMOJEX_ADMIN_TOKEN (or the generated one)",
+                },
             },
         },
     }

@@ -25,8 +25,12 @@ class PlayerProgress:
 
     def row(self, player_id: str, name: str) -> dict[str, Any]:
         return {
-            "player_id": player_id, "name": name, "guesses": self.guesses,
-            "scored": self.scored, "best_exact": self.best[0], "best_near": self.best[1],
+            "player_id": player_id,
+            "name": name,
+            "guesses": self.guesses,
+            "scored": self.scored,
+            "best_exact": self.best[0],
+            "best_near": self.best[1],
             "solved": self.solved,
         }
 
@@ -49,8 +53,9 @@ class FieldProgress:
             p.guesses = seq + 1
             r.changed.add(player_id)
 
-    def scored(self, round_id: str, player_id: str, seq: object, exact: object,
-               near: object, solved: bool) -> None:
+    def scored(
+        self, round_id: str, player_id: str, seq: object, exact: object, near: object, solved: bool
+    ) -> None:
         r = self._round(round_id)
         p = r.players.setdefault(player_id, PlayerProgress())
         p.scored += 1

@@ -55,10 +55,16 @@ def install_log_redaction() -> None:
             logger.addFilter(RedactCredentials())
 
 
-def server_config(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
-                  log_level: str = "info", access_log: bool = False,
-                  graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
-                  **overrides: Any) -> uvicorn.Config:
+def server_config(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    access_log: bool = False,
+    graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
+    **overrides: Any,
+) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the production settings, wherever it runs.
 
     ``overrides`` exist for what legitimately differs between callers (a socket to bind,
@@ -69,13 +75,22 @@ def server_config(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
             raise ValueError(f"{fixed} is fixed by web.server, not per caller")
     install_log_redaction()
     return uvicorn.Config(
-        app, host=host, port=port,
-        ws=WS_IMPL, ws_max_size=WS_MAX_FRAME_BYTES, ws_per_message_deflate=False,
-        ws_ping_interval=WS_PING_INTERVAL_S, ws_ping_timeout=WS_PING_INTERVAL_S,
+        app,
+        host=host,
+        port=port,
+        ws=WS_IMPL,
+        ws_max_size=WS_MAX_FRAME_BYTES,
+        ws_per_message_deflate=False,
+        ws_ping_interval=WS_PING_INTERVAL_S,
+        ws_ping_timeout=WS_PING_INTERVAL_S,
         # "auto" takes httptools and uvloop, both dependencies: C parsing and a libuv loop.
-        http="auto", loop="auto",
-        proxy_headers=False, lifespan="on", log_config=None,
-        access_log=access_log, log_level=log_level,
+        http="auto",
+        loop="auto",
+        proxy_headers=False,
+        lifespan="on",
+        log_config=None,
+        access_log=access_log,
+        log_level=log_level,
         timeout_graceful_shutdown=graceful_shutdown_s,
         **overrides,
     )

@@ -38,8 +38,9 @@ class Services:
         ):
             raise Unauthorized("the admin token is required")
 
-    async def accept_guess(self, player_id: str, round_id: str, guess: object,
-                           idempotency_key: str | None) -> Accepted:
+    async def accept_guess(
+        self, player_id: str, round_id: str, guess: object, idempotency_key: str | None
+    ) -> Accepted:
         """Submit one guess, count its outcome and tell the hub (progress) if it is new."""
         try:
             accepted = await self.game.submit(player_id, round_id, guess, idempotency_key)

@@ -141,8 +141,9 @@ async def _close(websocket: WebSocket, code: int) -> None:
             await websocket.close(code)
 
 
-async def _session(websocket: WebSocket, services: Services, player: store.Player,
-                   conn: Connection) -> int | None:
+async def _session(
+    websocket: WebSocket, services: Services, player: store.Player, conn: Connection
+) -> int | None:
     """Greet, then pump and read until one of them ends; returns the close code to send."""
     async with asyncio.timeout(GREETING_TIMEOUT_S):
         await _greet(websocket, services, player, conn)
@@ -168,14 +169,16 @@ async def _session(websocket: WebSocket, services: Services, player: store.Playe
     return None
 
 
-async def _greet(websocket: WebSocket, services: Services, player: store.Player,
-                 conn: Connection) -> None:
+async def _greet(
+    websocket: WebSocket, services: Services, player: store.Player, conn: Connection
+) -> None:
     """Round, leaderboard, replay, progress — sent directly: the pump is not running yet,
     and the hub meanwhile queues live messages in the outbox (deduped by the pump)."""
     info, now = await services.game.current_round()
     await _send(websocket, dumps({"type": "round", **info.public(now)}))
-    await _send(websocket, dumps(
-        {"type": "leaderboard", "players": await services.hub.leaderboard()}))
+    await _send(
+        websocket, dumps({"type": "leaderboard", "players": await services.hub.leaderboard()})
+    )
     after = websocket.query_params.get("after")
     if after is not None:
         pos = parse_event_id(after)
@@ -205,8 +208,9 @@ async def _pump(websocket: WebSocket, conn: Connection) -> None:
             await _send(websocket, item.text)
 
 
-async def _read(websocket: WebSocket, services: Services, player: store.Player,
-                conn: Connection) -> None:
+async def _read(
+    websocket: WebSocket, services: Services, player: store.Player, conn: Connection
+) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -216,7 +220,10 @@ async def _read(websocket: WebSocket, services: Services, player: store.Player,
         text = message.get("text")
         if text is None:
             continue
-        if len(text) > MAX_BODY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        if (
+            len(text) > MAX_BODY_BYTES
+            or len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES
+        ):
             raise _Done(CLOSE_TOO_BIG)
         reply = await _answer(text, services, player)
         if reply is not None:
@@ -232,7 +239,7 @@ async def _answer(text: str, services: Services, player: store.Player) -> dict[s
         if kind == "ping":
             return {"type": "pong"}
         if kind != "guess":
-            raise InvalidBody("type must be \"guess\"")
+            raise InvalidBody('type must be "guess"')
         raw_id = body.get("client_id")
         if raw_id is not None:
             client_id = idempotency_key(raw_id if isinstance(raw_id, str) else "")
@@ -253,10 +260,19 @@ async def _answer(text: str, services: Services, player: store.Player) -> dict[s
         return out
     except BACKEND_ERRORS as exc:
         log.warning("socket guess: backend unavailable: %s: %s", type(exc).__name__, exc)
-        return {"type": "error", "client_id": client_id, "error": "unavailable",
-                "detail": "the game is temporarily unavailable", "retry_after": RETRY_AFTER_S}
-    return {"type": "accepted", "client_id": client_id, "job_id": accepted.job_id,
-            "seq": accepted.seq}
+        return {
+            "type": "error",
+            "client_id": client_id,
+            "error": "unavailable",
+            "detail": "the game is temporarily unavailable",
+            "retry_after": RETRY_AFTER_S,
+        }
+    return {
+        "type": "accepted",
+        "client_id": client_id,
+        "job_id": accepted.job_id,
+        "seq": accepted.seq,
+    }
 
 
 routes: list[BaseRoute] = [WebSocketRoute("/ws", socket_endpoint)]

@@ -80,8 +80,7 @@ class GameApi:
         self.base_url = base_url.rstrip("/")
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
             timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             trust_env=False,  # a load test talks to the server it is given, not via a proxy
             verify=_tls() if base_url.startswith("https") else False,
@@ -94,8 +93,7 @@ class GameApi:
     def ws_url(self) -> str:
         return "ws" + self.base_url.removeprefix("http") + "/ws"
 
-    async def _json(self, method: str, path: str, *, expect: int = 200,
-                    **kwargs: Any) -> Any:
+    async def _json(self, method: str, path: str, *, expect: int = 200, **kwargs: Any) -> Any:
         resp = await self.http.request(method, path, **kwargs)
         if resp.status_code != expect:
             raise ApiError(resp.status_code, resp.text)
@@ -163,8 +161,9 @@ class GameApi:
 
     async def kill(self, admin_token: str, worker_id: str) -> int:
         """The status of the kill order: 202 ordered, 404 unknown, 409 already dead."""
-        resp = await self.http.post(f"/api/admin/workers/{worker_id}/kill",
-                                    headers=_bearer(admin_token))
+        resp = await self.http.post(
+            f"/api/admin/workers/{worker_id}/kill", headers=_bearer(admin_token)
+        )
         return resp.status_code
 
     async def queue(self, admin_token: str) -> dict[str, Any]:

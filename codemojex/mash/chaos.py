@@ -46,9 +46,15 @@ class Kill:
 
 def pick_victim(workers: list[dict[str, Any]], killed: set[str]) -> dict[str, Any] | None:
     """The alive worker scoring a still-leased job, the one with the most lease left."""
-    scoring = [w for w in workers
-               if w.get("alive") and w.get("state") == "scoring" and w.get("job_id")
-               and w.get("lease_remaining_ms") is not None and w["worker_id"] not in killed]
+    scoring = [
+        w
+        for w in workers
+        if w.get("alive")
+        and w.get("state") == "scoring"
+        and w.get("job_id")
+        and w.get("lease_remaining_ms") is not None
+        and w["worker_id"] not in killed
+    ]
     return max(scoring, key=lambda w: int(w["lease_remaining_ms"]), default=None)
 
 
@@ -60,8 +66,14 @@ async def settle(api: GameApi, admin_token: str, kills: list[Kill]) -> list[Kill
     return [replace(k, held=holding.get(k.worker_id)) for k in kills]
 
 
-async def run_chaos(api: GameApi, admin_token: str, every_s: float, ledger: Ledger,
-                    kills: list[Kill], stop: asyncio.Event) -> None:
+async def run_chaos(
+    api: GameApi,
+    admin_token: str,
+    every_s: float,
+    ledger: Ledger,
+    kills: list[Kill],
+    stop: asyncio.Event,
+) -> None:
     """Until ``stop``: at most one kill per ``every_s`` seconds, appended to ``kills``."""
     due = every_s
     while not await pause(due - ledger.now(), stop):
@@ -71,8 +83,14 @@ async def run_chaos(api: GameApi, admin_token: str, every_s: float, ledger: Ledg
                 workers = await api.workers(admin_token)
                 victim = pick_victim(workers, {k.worker_id for k in kills})
                 if victim is not None and await api.kill(admin_token, victim["worker_id"]) == 202:
-                    kills.append(Kill(round(ledger.now(), 3), victim["worker_id"],
-                                      victim["job_id"], int(victim["lease_remaining_ms"])))
+                    kills.append(
+                        Kill(
+                            round(ledger.now(), 3),
+                            victim["worker_id"],
+                            victim["job_id"],
+                            int(victim["lease_remaining_ms"]),
+                        )
+                    )
                     break
             except Exception as exc:  # noqa: BLE001 - chaos must not stop the load
                 log.warning("chaos: %s: %s", type(exc).__name__, exc)

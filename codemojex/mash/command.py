@@ -8,26 +8,48 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", required=True,
-                        help="the game's base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument(
+        "--url", required=True, help="the game's base URL, e.g. http://127.0.0.1:8000"
+    )
     parser.add_argument("--players", type=int, default=200, help="honest players (200)")
     parser.add_argument("--mashers", type=int, default=10, help="keyboard mashers (10)")
-    parser.add_argument("--duration", type=float, default=60.0,
-                        help="seconds of load, then the backlog drains (60)")
-    parser.add_argument("--masher-rate", type=float, default=None,
-                        help="guesses per second per masher (default: as fast as accepted)")
-    parser.add_argument("--chaos-kill-every", type=float, default=None, metavar="SECONDS",
-                        help="kill a scoring worker this often (needs --admin-token)")
-    parser.add_argument("--admin-token", default=None,
-                        help="the admin token (for chaos and queue-depth samples)")
-    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
-                        help="write results.json and report.html here")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="seconds of load, then the backlog drains (60)"
+    )
+    parser.add_argument(
+        "--masher-rate",
+        type=float,
+        default=None,
+        help="guesses per second per masher (default: as fast as accepted)",
+    )
+    parser.add_argument(
+        "--chaos-kill-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="kill a scoring worker this often (needs --admin-token)",
+    )
+    parser.add_argument(
+        "--admin-token", default=None, help="the admin token (for chaos and queue-depth samples)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write results.json and report.html here",
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed the players' choices")
-    parser.add_argument("--drain-timeout", type=float, default=60.0,
-                        help="seconds the backlog may take to be scored after the load (60)")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds the backlog may take to be scored after the load (60)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress")
-    parser.add_argument("--log-level", default="warning",
-                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,10 +64,17 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = MashOptions(
-            url=args.url, players=args.players, mashers=args.mashers, duration=args.duration,
-            masher_rate=args.masher_rate, chaos_kill_every=args.chaos_kill_every,
-            admin_token=args.admin_token, report=args.report, seed=args.seed,
-            drain_timeout=args.drain_timeout, progress=not args.no_progress,
+            url=args.url,
+            players=args.players,
+            mashers=args.mashers,
+            duration=args.duration,
+            masher_rate=args.masher_rate,
+            chaos_kill_every=args.chaos_kill_every,
+            admin_token=args.admin_token,
+            report=args.report,
+            seed=args.seed,
+            drain_timeout=args.drain_timeout,
+            progress=not args.no_progress,
         )
     except ValueError as e:
         print(f"codemojex mash: {e}", file=sys.stderr)
@@ -68,10 +97,13 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"{row['class']:<7} accepted {row['accepted']:>7,} ({row['accepted_per_s']}/s)  "
             f"refused {row['refused_429']:>6,} (rate {row['rate_limited']:,})  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
-            f"(server: p50 {row['server_p50_ms']} ms, p99 {row['server_p99_ms']} ms)")
+            f"(server: p50 {row['server_p50_ms']} ms, p99 {row['server_p99_ms']} ms)"
+        )
     v = result.verdict
-    console.print(f"reclaimed {v.reclaimed}, missed kills {v.missed_kills}, "
-                  f"unknown outcomes {v.unknown_outcomes}, drain {result.drain_s:.1f} s")
+    console.print(
+        f"reclaimed {v.reclaimed}, missed kills {v.missed_kills}, "
+        f"unknown outcomes {v.unknown_outcomes}, drain {result.drain_s:.1f} s"
+    )
     for problem in v.problems[:10]:
         console.print(f"  problem: {problem}")
     for note in v.notes[:10]:

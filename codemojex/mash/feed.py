@@ -56,15 +56,18 @@ class Feed:
         delay = BACKOFF_S[0]
         while True:
             try:
-                async with connect(self._url(), open_timeout=OPEN_TIMEOUT_S,
-                                   close_timeout=CLOSE_TIMEOUT_S, max_size=MAX_MESSAGE_BYTES,
-                                   compression=None) as ws:
+                async with connect(
+                    self._url(),
+                    open_timeout=OPEN_TIMEOUT_S,
+                    close_timeout=CLOSE_TIMEOUT_S,
+                    max_size=MAX_MESSAGE_BYTES,
+                    compression=None,
+                ) as ws:
                     self.connects += 1
                     delay = BACKOFF_S[0]
                     async for raw in ws:
                         self._on(raw)
-            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake,
-                    InvalidURI) as exc:
+            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake, InvalidURI) as exc:
                 log.debug("socket of %s: %s: %s", self.player.name, type(exc).__name__, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_S[1])

@@ -35,8 +35,7 @@ SCORE_FIELDS = ("round_id", "seq", "guess", "exact", "near", "solved", "points")
 
 def score_identity(message: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(
-        tuple(v) if isinstance(v, list) else v
-        for v in (message.get(k) for k in SCORE_FIELDS)
+        tuple(v) if isinstance(v, list) else v for v in (message.get(k) for k in SCORE_FIELDS)
     )
 
 
@@ -105,8 +104,9 @@ class Ledger:
 
     # -- recording ------------------------------------------------------------------------------
 
-    def accept(self, job_id: str, player_id: str, kind: Kind, round_id: str, seq: int,
-               guess: list[str]) -> Guess:
+    def accept(
+        self, job_id: str, player_id: str, kind: Kind, round_id: str, seq: int, guess: list[str]
+    ) -> Guess:
         g = self.guesses.get(job_id)
         if g is not None:
             return g  # the same job answered twice (an idempotent retry): one guess
@@ -179,8 +179,11 @@ class Ledger:
         return [lat for at, lat in self.samples[kind] if at >= since]
 
     def server_lags(self, kind: str) -> list[float]:
-        return [g.server_lag for g in self.guesses.values()
-                if g.kind == kind and g.server_lag is not None]
+        return [
+            g.server_lag
+            for g in self.guesses.values()
+            if g.kind == kind and g.server_lag is not None
+        ]
 
     def by_player(self) -> dict[str, list[Guess]]:
         out: dict[str, list[Guess]] = {}

@@ -30,18 +30,26 @@ class QueueSample:
         return asdict(self)
 
 
-async def watch_queue(api: GameApi, admin_token: str, ledger: Ledger,
-                      samples: list[QueueSample]) -> None:
+async def watch_queue(
+    api: GameApi, admin_token: str, ledger: Ledger, samples: list[QueueSample]
+) -> None:
     """Append a sample every second until cancelled."""
     while True:
         try:
             q = await api.queue(admin_token)
             c = q.get("counters", {})
-            samples.append(QueueSample(
-                round(ledger.now(), 3), int(q["pending"]), int(q["active"]),
-                int(q["scheduled"]), sum(1 for lane in q["lanes"] if lane["depth"]),
-                int(c.get("accepted", 0)), int(c.get("scored", 0)), int(c.get("reclaimed", 0)),
-            ))
+            samples.append(
+                QueueSample(
+                    round(ledger.now(), 3),
+                    int(q["pending"]),
+                    int(q["active"]),
+                    int(q["scheduled"]),
+                    sum(1 for lane in q["lanes"] if lane["depth"]),
+                    int(c.get("accepted", 0)),
+                    int(c.get("scored", 0)),
+                    int(c.get("reclaimed", 0)),
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - a missed sample is a gap in a plot
             log.warning("queue sample: %s: %s", type(exc).__name__, exc)
         await asyncio.sleep(INTERVAL_S)

@@ -97,8 +97,16 @@ async def pause(seconds: float, stop: asyncio.Event) -> bool:
     return stop.is_set()
 
 
-async def _settle(out: Submitted, player: Player, ledger: Ledger, field: Field,
-                  api: GameApi, round_id: str, guess: list[str], stop: asyncio.Event) -> None:
+async def _settle(
+    out: Submitted,
+    player: Player,
+    ledger: Ledger,
+    field: Field,
+    api: GameApi,
+    round_id: str,
+    guess: list[str],
+    stop: asyncio.Event,
+) -> None:
     """Book a submission's outcome and do what a client must after a refusal."""
     if out.outcome == "accepted":
         assert out.job_id is not None and out.seq is not None
@@ -119,9 +127,15 @@ async def _settle(out: Submitted, player: Player, ledger: Ledger, field: Field,
         await pause(ERROR_PAUSE_S, stop)
 
 
-async def play_honest(player: Player, api: GameApi, ledger: Ledger, field: Field,
-                      stop: asyncio.Event, rng: random.Random,
-                      think_s: tuple[float, float] = THINK_S) -> None:
+async def play_honest(
+    player: Player,
+    api: GameApi,
+    ledger: Ledger,
+    field: Field,
+    stop: asyncio.Event,
+    rng: random.Random,
+    think_s: tuple[float, float] = THINK_S,
+) -> None:
     round_id = field.round_id
     solver = Solver(field.palette, field.length, rng)
     while not stop.is_set():
@@ -146,9 +160,15 @@ async def play_honest(player: Player, api: GameApi, ledger: Ledger, field: Field
             solver.learn(guess, int(score["exact"]), int(score["near"]))
 
 
-async def play_masher(player: Player, api: GameApi, ledger: Ledger, field: Field,
-                      stop: asyncio.Event, rng: random.Random,
-                      rate: float | None = None) -> None:
+async def play_masher(
+    player: Player,
+    api: GameApi,
+    ledger: Ledger,
+    field: Field,
+    stop: asyncio.Event,
+    rng: random.Random,
+    rate: float | None = None,
+) -> None:
     interval = 1.0 / rate if rate else 0.0
     due = time.monotonic()
     while not stop.is_set():

@@ -25,8 +25,13 @@ def _ms(value: float | None) -> str:
 
 
 class ProgressView:
-    def __init__(self, ledger: Ledger, phase: Callable[[], str], kills: Callable[[], int],
-                 console: Console | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        phase: Callable[[], str],
+        kills: Callable[[], int],
+        console: Console | None = None,
+    ) -> None:
         self.ledger = ledger
         self.phase = phase
         self.kills = kills
@@ -36,31 +41,51 @@ class ProgressView:
         led = self.ledger
         now = led.now()
         t = Table(title=f"codemojex mash — {self.phase()} — {now:,.0f} s", title_justify="left")
-        for col in ("class", "accepted", "scored", "in flight", "refused 429", "round closed",
-                    "p50 ms", "p99 ms", f"p99 last {WINDOW_S:.0f}s"):
+        for col in (
+            "class",
+            "accepted",
+            "scored",
+            "in flight",
+            "refused 429",
+            "round closed",
+            "p50 ms",
+            "p99 ms",
+            f"p99 last {WINDOW_S:.0f}s",
+        ):
             t.add_column(col, justify="right" if col != "class" else "left")
         for kind in KINDS:
             lat = led.latencies(kind)
             scored = len(lat)
-            t.add_row(kind, f"{led.by_kind[kind]:,}", f"{scored:,}",
-                      f"{led.by_kind[kind] - scored:,}", f"{led.refused[kind]:,}",
-                      f"{led.round_closed[kind]:,}", _ms(percentile(lat, 50)),
-                      _ms(percentile(lat, 99)),
-                      _ms(percentile(led.latencies(kind, now - WINDOW_S), 99)))
-        t.caption = (f"accepted {led.accepted:,} · scored {led.scored:,} · in flight "
-                     f"{led.in_flight:,} · refused {sum(led.refused.values()):,} · kills "
-                     f"{self.kills()}")
+            t.add_row(
+                kind,
+                f"{led.by_kind[kind]:,}",
+                f"{scored:,}",
+                f"{led.by_kind[kind] - scored:,}",
+                f"{led.refused[kind]:,}",
+                f"{led.round_closed[kind]:,}",
+                _ms(percentile(lat, 50)),
+                _ms(percentile(lat, 99)),
+                _ms(percentile(led.latencies(kind, now - WINDOW_S), 99)),
+            )
+        t.caption = (
+            f"accepted {led.accepted:,} · scored {led.scored:,} · in flight "
+            f"{led.in_flight:,} · refused {sum(led.refused.values()):,} · kills "
+            f"{self.kills()}"
+        )
         return t
 
     def line(self) -> str:
         led = self.ledger
-        parts = [f"[{led.now():6.1f}s {self.phase()}] accepted {led.accepted}",
-                 f"scored {led.scored}", f"in flight {led.in_flight}",
-                 f"refused {sum(led.refused.values())}", f"kills {self.kills()}"]
+        parts = [
+            f"[{led.now():6.1f}s {self.phase()}] accepted {led.accepted}",
+            f"scored {led.scored}",
+            f"in flight {led.in_flight}",
+            f"refused {sum(led.refused.values())}",
+            f"kills {self.kills()}",
+        ]
         for kind in KINDS:
             lat = led.latencies(kind)
-            parts.append(f"{kind} p50/p99 {_ms(percentile(lat, 50))}/{_ms(percentile(lat, 99))}"
-                         " ms")
+            parts.append(f"{kind} p50/p99 {_ms(percentile(lat, 50))}/{_ms(percentile(lat, 99))} ms")
         return ", ".join(parts)
 
     async def run(self) -> None:

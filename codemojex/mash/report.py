@@ -52,14 +52,27 @@ def plots(results: dict[str, Any]) -> dict[str, str] | None:
         # Clamped at 1 ms for the log scale: a score may overtake its own 202 (latency 0).
         mine = [g for g in guesses if g["kind"] == kind and g["latency"] is not None]
         if mine:
-            ax.scatter([g["accepted_at"] for g in mine],
-                       [max(1.0, g["latency"] * 1000) for g in mine],
-                       s=4, alpha=0.5, color=colour, label=kind)
+            ax.scatter(
+                [g["accepted_at"] for g in mine],
+                [max(1.0, g["latency"] * 1000) for g in mine],
+                s=4,
+                alpha=0.5,
+                color=colour,
+                label=kind,
+            )
     for i, at in enumerate(kills):
-        ax.axvline(at, color="black", linestyle="--", linewidth=0.8,
-                   label="worker killed" if i == 0 else None)
-    ax.set(xlabel="accepted at (s)", ylabel="202 → score (ms)",
-           title="Acceptance-to-score latency per class")
+        ax.axvline(
+            at,
+            color="black",
+            linestyle="--",
+            linewidth=0.8,
+            label="worker killed" if i == 0 else None,
+        )
+    ax.set(
+        xlabel="accepted at (s)",
+        ylabel="202 → score (ms)",
+        title="Acceptance-to-score latency per class",
+    )
     ax.set_yscale("log")
     ax.legend(loc="upper left")
     out["latency over time"] = _png(fig)
@@ -83,8 +96,7 @@ def plots(results: dict[str, Any]) -> dict[str, str] | None:
         ax = fig.add_subplot()
         ts = [s["at"] for s in samples]
         for key in ("pending", "active", "lanes"):
-            ax.plot(ts, [s[key] for s in samples],
-                    label={"lanes": "non-empty lanes"}.get(key, key))
+            ax.plot(ts, [s[key] for s in samples], label={"lanes": "non-empty lanes"}.get(key, key))
         for at in kills:
             ax.axvline(at, color="black", linestyle="--", linewidth=0.8)
         ax.set(xlabel="time (s)", ylabel="jobs", title="Queue depth (GET /api/admin/queue)")
@@ -99,7 +111,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row.values()) + "</tr>"
-        for row in rows)
+        for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -107,13 +120,17 @@ def render_html(results: dict[str, Any]) -> str:
     verdict = results["verdict"]
     images = plots(results)
     if images is None:
-        figures = ("<p><em>matplotlib is not installed (it comes with the dev dependency "
-                   "group: <code>uv sync --group dev</code>), so this report has no plots; "
-                   "results.json has every figure.</em></p>")
+        figures = (
+            "<p><em>matplotlib is not installed (it comes with the dev dependency "
+            "group: <code>uv sync --group dev</code>), so this report has no plots; "
+            "results.json has every figure.</em></p>"
+        )
     else:
         figures = "".join(
             f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '
-            f'src="data:image/png;base64,{png}">' for title, png in images.items())
+            f'src="data:image/png;base64,{png}">'
+            for title, png in images.items()
+        )
     problems = "".join(f"<li>{html.escape(p)}</li>" for p in verdict["problems"])
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in verdict["notes"])
     status = "passed" if verdict["ok"] else "FAILED"

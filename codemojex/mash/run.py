@@ -62,22 +62,24 @@ class MashResult:
         led = self.ledger
         for kind in KINDS:
             lat = led.latencies(kind)
-            out.append({
-                "class": kind,
-                "accepted": led.by_kind[kind],
-                "scored": len(lat),
-                "refused_429": led.refused[kind],
-                "rate_limited": led.rate_limited[kind],
-                "round_closed": led.round_closed[kind],
-                "unknown": led.unknown[kind],
-                "accepted_per_s": round(led.by_kind[kind] / self.load_s, 1),
-                "p50_ms": _ms(percentile(lat, 50)),
-                "p90_ms": _ms(percentile(lat, 90)),
-                "p99_ms": _ms(percentile(lat, 99)),
-                "max_ms": _ms(max(lat, default=None)),
-                "server_p50_ms": _ms(percentile(lags := led.server_lags(kind), 50)),
-                "server_p99_ms": _ms(percentile(lags, 99)),
-            })
+            out.append(
+                {
+                    "class": kind,
+                    "accepted": led.by_kind[kind],
+                    "scored": len(lat),
+                    "refused_429": led.refused[kind],
+                    "rate_limited": led.rate_limited[kind],
+                    "round_closed": led.round_closed[kind],
+                    "unknown": led.unknown[kind],
+                    "accepted_per_s": round(led.by_kind[kind] / self.load_s, 1),
+                    "p50_ms": _ms(percentile(lat, 50)),
+                    "p90_ms": _ms(percentile(lat, 90)),
+                    "p99_ms": _ms(percentile(lat, 99)),
+                    "max_ms": _ms(max(lat, default=None)),
+                    "server_p50_ms": _ms(percentile(lags := led.server_lags(kind), 50)),
+                    "server_p99_ms": _ms(percentile(lags, 99)),
+                }
+            )
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -101,15 +103,21 @@ class MashResult:
             "summary": self.summary(),
             "kills": [k.as_dict() for k in self.kills],
             "queue": [s.as_dict() for s in self.queue],
-            "guesses": [{
-                "job_id": g.job_id, "player_id": g.player_id, "kind": g.kind,
-                "round_id": g.round_id, "seq": g.seq,
-                "accepted_at": round(g.accepted_at, 4),
-                "scored_at": None if g.scored_at is None else round(g.scored_at, 4),
-                "latency": None if g.latency is None else round(g.latency, 4),
-                "server_lag": None if g.server_lag is None else round(g.server_lag, 4),
-                "score_messages": g.messages,
-            } for g in self.ledger.rows()],
+            "guesses": [
+                {
+                    "job_id": g.job_id,
+                    "player_id": g.player_id,
+                    "kind": g.kind,
+                    "round_id": g.round_id,
+                    "seq": g.seq,
+                    "accepted_at": round(g.accepted_at, 4),
+                    "scored_at": None if g.scored_at is None else round(g.scored_at, 4),
+                    "latency": None if g.latency is None else round(g.latency, 4),
+                    "server_lag": None if g.server_lag is None else round(g.server_lag, 4),
+                    "score_messages": g.messages,
+                }
+                for g in self.ledger.rows()
+            ],
         }
 
 
@@ -127,9 +135,12 @@ async def _signup(api: GameApi, options: MashOptions) -> list[Player]:
             p = await api.create_player(name)
             return Player(p.player_id, p.name, p.token, "honest" if kind == "honest" else "masher")
 
-    return list(await asyncio.gather(
-        *(one("honest", i) for i in range(options.players)),
-        *(one("masher", i) for i in range(options.mashers))))
+    return list(
+        await asyncio.gather(
+            *(one("honest", i) for i in range(options.players)),
+            *(one("masher", i) for i in range(options.mashers)),
+        )
+    )
 
 
 class _Run:
@@ -188,8 +199,12 @@ class _Run:
             self.spawn(watch_queue(self.api, opts.admin_token, led, self.samples), "queue")
         if opts.chaos_kill_every:
             assert opts.admin_token
-            self.spawn(run_chaos(self.api, opts.admin_token, opts.chaos_kill_every, led,
-                                 self.kills, self.stop), "chaos")
+            self.spawn(
+                run_chaos(
+                    self.api, opts.admin_token, opts.chaos_kill_every, led, self.kills, self.stop
+                ),
+                "chaos",
+            )
         master = random.Random(opts.seed)
         playing = []
         for p in players:
@@ -217,20 +232,26 @@ class _Run:
         async with asyncio.timeout(VERIFY_TIMEOUT_S):
             if opts.admin_token:
                 self.kills[:] = await settle(self.api, opts.admin_token, self.kills)
-            verdict = await judge(self.api, self.player_apis, led,
-                                  {p.player_id: p for p in players}, self.kills)
-        sockets = {"opened": sum(f.connects for f in self.feeds),
-                   "players": len(self.feeds), "gaps": len(led.gaps),
-                   "unsolicited_scores": led.unsolicited}
-        return MashResult(opts, verdict, led, self.kills, self.samples, started_at,
-                          load_s, drain_s, sockets)
+            verdict = await judge(
+                self.api, self.player_apis, led, {p.player_id: p for p in players}, self.kills
+            )
+        sockets = {
+            "opened": sum(f.connects for f in self.feeds),
+            "players": len(self.feeds),
+            "gaps": len(led.gaps),
+            "unsolicited_scores": led.unsolicited,
+        }
+        return MashResult(
+            opts, verdict, led, self.kills, self.samples, started_at, load_s, drain_s, sockets
+        )
 
 
 async def run(options: MashOptions) -> MashResult:
     """One run; raises ``TimeoutError`` past the hard deadline (set-up + load + wind-down +
     drain + verdict bounds)."""
-    deadline = (SETUP_TIMEOUT_S + options.duration + WIND_DOWN_S + options.drain_timeout
-                + VERIFY_TIMEOUT_S)
+    deadline = (
+        SETUP_TIMEOUT_S + options.duration + WIND_DOWN_S + options.drain_timeout + VERIFY_TIMEOUT_S
+    )
     state = _Run(options)
     try:
         async with asyncio.timeout(deadline):

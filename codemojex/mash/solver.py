@@ -30,8 +30,9 @@ def _counts(code: _Code, colours: int) -> tuple[int, ...]:
 def _every_code(colours: int, length: int) -> list[_Entry]:
     """Every code, built once per process and shared: :meth:`Solver.learn` never mutates
     a candidate list, it makes a new one."""
-    return [(code, _counts(code, colours))
-            for code in itertools.product(range(colours), repeat=length)]
+    return [
+        (code, _counts(code, colours)) for code in itertools.product(range(colours), repeat=length)
+    ]
 
 
 class Solver:

@@ -61,8 +61,10 @@ class Verdict:
         return self.lost == 0 and self.doubled == 0
 
     def line(self) -> str:
-        return (f"lost: {self.lost}, doubled: {self.doubled}, kills: {self.kills}, "
-                f"rescued: {self.rescued}, accepted: {self.accepted}, scored: {self.scored}")
+        return (
+            f"lost: {self.lost}, doubled: {self.doubled}, kills: {self.kills}, "
+            f"rescued: {self.rescued}, accepted: {self.accepted}, scored: {self.scored}"
+        )
 
     def problem(self, text: str) -> None:
         if len(self.problems) < PROBLEMS_KEPT:
@@ -76,8 +78,9 @@ class Verdict:
         return {**asdict(self), "ok": self.ok, "line": self.line()}
 
 
-async def _views(apis: dict[str, GameApi], ledger: Ledger, players: dict[str, Player]
-                 ) -> dict[str, dict[str, Any] | None]:
+async def _views(
+    apis: dict[str, GameApi], ledger: Ledger, players: dict[str, Player]
+) -> dict[str, dict[str, Any] | None]:
     """``GET /api/guesses/{id}`` for every accepted guess, as its owner, on its own client."""
     gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
     out: dict[str, dict[str, Any] | None] = {}
@@ -117,9 +120,11 @@ def _check_guesses(v: Verdict, ledger: Ledger, views: dict[str, dict[str, Any] |
         elif g.scores and shown and view is not None:
             s = g.scores[0]
             assert stored is not None
-            same = (s.get("seq") == g.seq == view.get("seq")
-                    and s.get("round_id") == g.round_id
-                    and all(s.get(k) == stored.get(k) for k in ("exact", "near", "points")))
+            same = (
+                s.get("seq") == g.seq == view.get("seq")
+                and s.get("round_id") == g.round_id
+                and all(s.get(k) == stored.get(k) for k in ("exact", "near", "points"))
+            )
             if not same:
                 v.doubled += 1
                 v.problem(f"{g.job_id}: delivered {s} but stored {view} (seq {g.seq} at 202)")
@@ -150,8 +155,9 @@ def _check_seqs(v: Verdict, ledger: Ledger) -> None:
         v.seq_gaps += max(distinct) + 1 - len(distinct)
 
 
-def expected_points(ledger: Ledger, views: dict[str, dict[str, Any] | None]
-                    ) -> dict[str, dict[str, int]]:
+def expected_points(
+    ledger: Ledger, views: dict[str, dict[str, Any] | None]
+) -> dict[str, dict[str, int]]:
     """round_id -> player_id -> points, by the rules, from the accepted guesses' seqs."""
     out: dict[str, dict[str, int]] = defaultdict(dict)
     for g in ledger.rows():
@@ -163,8 +169,9 @@ def expected_points(ledger: Ledger, views: dict[str, dict[str, Any] | None]
     return out
 
 
-def _compare_board(v: Verdict, board: list[dict[str, Any]], expected: dict[str, int],
-                   what: str) -> None:
+def _compare_board(
+    v: Verdict, board: list[dict[str, Any]], expected: dict[str, int], what: str
+) -> None:
     listed = {p["player_id"]: int(p["points"]) for p in board}
     floor = min(listed.values()) if len(board) >= LEADERBOARD_LIMIT else None
     for player_id, points in expected.items():
@@ -181,8 +188,9 @@ def _compare_board(v: Verdict, board: list[dict[str, Any]], expected: dict[str, 
             v.problem(f"{what}: {player_id} has {got} points, the rules give {points}")
 
 
-async def _check_points(v: Verdict, api: GameApi, ledger: Ledger,
-                        views: dict[str, dict[str, Any] | None]) -> None:
+async def _check_points(
+    v: Verdict, api: GameApi, ledger: Ledger, views: dict[str, dict[str, Any] | None]
+) -> None:
     per_round = expected_points(ledger, views)
     totals: dict[str, int] = defaultdict(int)
     for round_id, expected in per_round.items():
@@ -193,8 +201,9 @@ async def _check_points(v: Verdict, api: GameApi, ledger: Ledger,
     _compare_board(v, await api.leaderboard(), dict(totals), "all-time")
 
 
-async def _check_pegs(v: Verdict, api: GameApi, ledger: Ledger,
-                      views: dict[str, dict[str, Any] | None]) -> None:
+async def _check_pegs(
+    v: Verdict, api: GameApi, ledger: Ledger, views: dict[str, dict[str, Any] | None]
+) -> None:
     secrets: dict[str, list[str] | None] = {}
     for round_id in {g.round_id for g in ledger.rows()}:
         info = await api.round(round_id)
@@ -206,19 +215,22 @@ async def _check_pegs(v: Verdict, api: GameApi, ledger: Ledger,
             continue
         fb = feedback(secret, g.guess)
         if (stored.get("exact"), stored.get("near"), stored.get("solved")) != (
-                fb.exact, fb.near, fb.solved):
+            fb.exact,
+            fb.near,
+            fb.solved,
+        ):
             v.doubled += 1
             v.problem(f"{g.job_id}: stored {stored}, the rules give {fb}")
 
 
-def _check_kills(v: Verdict, kills: list[Kill],
-                 views: dict[str, dict[str, Any] | None]) -> None:
+def _check_kills(v: Verdict, kills: list[Kill], views: dict[str, dict[str, Any] | None]) -> None:
     v.kills = len(kills)
     for k in kills:
         held = k.held if k.held is not None else ([k.job_id] if k.job_id else [])
         if not held:
-            v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed between scores "
-                   f"({k.job_id} was done)")
+            v.note(
+                f"kill of {k.worker_id} at {k.at:.1f}s landed between scores ({k.job_id} was done)"
+            )
             v.missed_kills += 1
             continue
         caught = True
@@ -230,17 +242,20 @@ def _check_kills(v: Verdict, kills: list[Kill],
                 caught = False
             elif view.get("score") is None:
                 # Counted lost already, with the guesses.
-                v.note(f"kill of {k.worker_id} at {k.at:.1f}s: {job_id} has no stored score "
-                       f"(state {view.get('state')!r}, attempts {attempts})")
+                v.note(
+                    f"kill of {k.worker_id} at {k.at:.1f}s: {job_id} has no stored score "
+                    f"(state {view.get('state')!r}, attempts {attempts})"
+                )
                 caught = False
             elif attempts < 2:
                 if k.held is None:  # only the admin view's guess: the kill came too late
-                    v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed after {job_id} "
-                           "was scored")
+                    v.note(f"kill of {k.worker_id} at {k.at:.1f}s landed after {job_id} was scored")
                 else:
                     v.doubled += 1
-                    v.problem(f"{job_id} was held by {k.worker_id} when it was killed, yet "
-                              "ended completed on its first attempt")
+                    v.problem(
+                        f"{job_id} was held by {k.worker_id} when it was killed, yet "
+                        "ended completed on its first attempt"
+                    )
                 caught = False
         if caught:
             v.rescued += 1
@@ -248,8 +263,13 @@ def _check_kills(v: Verdict, kills: list[Kill],
             v.missed_kills += 1
 
 
-async def judge(api: GameApi, apis: dict[str, GameApi], ledger: Ledger,
-                players: dict[str, Player], kills: list[Kill]) -> Verdict:
+async def judge(
+    api: GameApi,
+    apis: dict[str, GameApi],
+    ledger: Ledger,
+    players: dict[str, Player],
+    kills: list[Kill],
+) -> Verdict:
     """``api`` for the public reads, ``apis`` (player id -> client) for the owners' reads."""
     v = Verdict(accepted=ledger.accepted, unknown_outcomes=sum(ledger.unknown.values()))
     views = await _views(apis, ledger, players)

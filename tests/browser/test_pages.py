@@ -50,8 +50,11 @@ def test_player_types_a_guess_and_sees_its_feedback(
         exact, near = int(pegs.get_attribute("data-exact")), int(pegs.get_attribute("data-near"))
         assert 0 <= exact + near <= 4
         job_id = row.get_attribute("data-job-id")
-        api = httpx.get(f"{up.base}/api/guesses/{job_id}", trust_env=False,
-                        headers={"Authorization": f"Bearer {player_token(page)}"}).json()
+        api = httpx.get(
+            f"{up.base}/api/guesses/{job_id}",
+            trust_env=False,
+            headers={"Authorization": f"Bearer {player_token(page)}"},
+        ).json()
         assert (api["score"]["exact"], api["score"]["near"]) == (exact, near)
         assert api["guess"] == ["🍎", "🍌", "🍇", "🍒"]
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -73,7 +76,8 @@ def test_admin_kills_a_worker_mid_score_and_the_guess_is_scored_once(
         admin.get_by_test_id("admin-token").fill(up.admin_token)
         admin.get_by_test_id("admin-login").click()
         admin.locator('[data-testid="worker-row"][data-alive="true"]').nth(1).wait_for(
-            timeout=20_000)
+            timeout=20_000
+        )
 
         type_guess(player, "5678")
         scoring = admin.locator('[data-testid="worker-row"][data-state="scoring"]').first
@@ -82,25 +86,30 @@ def test_admin_kills_a_worker_mid_score_and_the_guess_is_scored_once(
         scoring.get_by_test_id("kill").click()
 
         # The dead worker shows as dead; the guess is reclaimed and scored by another.
-        admin.locator(f'[data-testid="worker-row"][data-worker-id="{victim}"][data-alive="false"]'
-                      ).wait_for(timeout=15_000)
+        admin.locator(
+            f'[data-testid="worker-row"][data-worker-id="{victim}"][data-alive="false"]'
+        ).wait_for(timeout=15_000)
         row = player.locator('[data-testid="guess-row"][data-state="scored"]').first
         row.wait_for(timeout=30_000)
         job_id = row.get_attribute("data-job-id")
         assert player.locator(f'[data-testid="guess-row"][data-job-id="{job_id}"]').count() == 1
-        api = httpx.get(f"{up.base}/api/guesses/{job_id}", trust_env=False,
-                        headers={"Authorization": f"Bearer {player_token(player)}"}).json()
+        api = httpx.get(
+            f"{up.base}/api/guesses/{job_id}",
+            trust_env=False,
+            headers={"Authorization": f"Bearer {player_token(player)}"},
+        ).json()
         assert api["state"] == "completed" and api["attempts"] >= 2
-        listed = httpx.get(f"{up.base}/api/admin/workers", headers=up.admin(),
-                           trust_env=False).json()["workers"]
+        listed = httpx.get(
+            f"{up.base}/api/admin/workers", headers=up.admin(), trust_env=False
+        ).json()["workers"]
         dead = next(w for w in listed if w["worker_id"] == victim)
         assert dead["killed_holding"] == [job_id], dead  # it died holding this guess
-        held = admin.locator(f'[data-testid="worker-row"][data-worker-id="{victim}"] '
-                             '[data-testid="killed-holding"]')
+        held = admin.locator(
+            f'[data-testid="worker-row"][data-worker-id="{victim}"] [data-testid="killed-holding"]'
+        )
         held.wait_for(timeout=5_000)
         assert job_id in held.inner_text()
-        queue = httpx.get(f"{up.base}/api/admin/queue", headers=up.admin(),
-                          trust_env=False).json()
+        queue = httpx.get(f"{up.base}/api/admin/queue", headers=up.admin(), trust_env=False).json()
         assert queue["counters"]["scored"] == 1 and queue["counters"]["reclaimed"] >= 1
         admin.wait_for_timeout(1500)  # one more poll so the log shows the rescue
         SHOTS.mkdir(parents=True, exist_ok=True)

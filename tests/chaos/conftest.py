@@ -25,8 +25,12 @@ from tests.pg import PgCluster
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Registered only when this conftest is loaded at start-up (tests/chaos on the command
     # line); from the repository root use CODEMOJEX_CHAOS_FULL=1 instead.
-    parser.addoption("--chaos-full", action="store_true", default=False,
-                     help="run the chaos suite at its full sizes (= CODEMOJEX_CHAOS_FULL=1)")
+    parser.addoption(
+        "--chaos-full",
+        action="store_true",
+        default=False,
+        help="run the chaos suite at its full sizes (= CODEMOJEX_CHAOS_FULL=1)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,9 +71,14 @@ async def pg_url(pg_cluster: PgCluster) -> str:
 
 def make_config(valkey_url: str, database_url: str, data_dir: Path, **changes: object) -> Config:
     base: dict[str, object] = {
-        "valkey_url": valkey_url, "database_url": database_url, "data_dir": data_dir,
-        "round_seconds": 3_600, "lease_ms": harness.LEASE_MS, "lapse_ms": harness.LAPSE_MS,
-        "reap_interval_ms": harness.REAP_MS, "admin_token": "chaos-admin-token",
+        "valkey_url": valkey_url,
+        "database_url": database_url,
+        "data_dir": data_dir,
+        "round_seconds": 3_600,
+        "lease_ms": harness.LEASE_MS,
+        "lapse_ms": harness.LAPSE_MS,
+        "reap_interval_ms": harness.REAP_MS,
+        "admin_token": "chaos-admin-token",
         "guess_rate": 0,  # the harness submits in bulk; chaos is about scoring, not throttling
     }
     return Config(**{**base, **changes})  # type: ignore[arg-type]
@@ -123,6 +132,5 @@ async def pools(zygote: harness.Zygote, tmp_path: Path) -> AsyncIterator[list[ha
 
 
 @pytest.fixture
-def figures(capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
-            ) -> harness.Figures:
+def figures(capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest) -> harness.Figures:
     return harness.Figures(capsys, request.node.nodeid)

@@ -57,10 +57,14 @@ REAP_MS = 200
 EPSILON_MS = 250
 
 
-def timings_env(lease_ms: int = LEASE_MS, lapse_ms: int = LAPSE_MS,
-                reap_ms: int = REAP_MS) -> dict[str, str]:
-    return {"CODEMOJEX_LEASE_MS": str(lease_ms), "CODEMOJEX_LAPSE_MS": str(lapse_ms),
-            "CODEMOJEX_REAP_INTERVAL_MS": str(reap_ms)}
+def timings_env(
+    lease_ms: int = LEASE_MS, lapse_ms: int = LAPSE_MS, reap_ms: int = REAP_MS
+) -> dict[str, str]:
+    return {
+        "CODEMOJEX_LEASE_MS": str(lease_ms),
+        "CODEMOJEX_LAPSE_MS": str(lapse_ms),
+        "CODEMOJEX_REAP_INTERVAL_MS": str(reap_ms),
+    }
 
 
 # -- figures ----------------------------------------------------------------------------------
@@ -70,8 +74,11 @@ def summary(values: list[float]) -> dict[str, float | None]:
     """min / median / max (None for an empty list), rounded to 0.1."""
     if not values:
         return {"min": None, "median": None, "max": None}
-    return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
-            "max": round(max(values), 1)}
+    return {
+        "min": round(min(values), 1),
+        "median": round(statistics.median(values), 1),
+        "max": round(max(values), 1),
+    }
 
 
 class Figures:
@@ -84,11 +91,17 @@ class Figures:
         self.test = test
 
     def record(self, scenario: str, **figures: Any) -> None:
-        entry = {"test": self.test, "mode": "full" if FULL else "short",
-                 "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **figures}
+        entry = {
+            "test": self.test,
+            "mode": "full" if FULL else "short",
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **figures,
+        }
         with self.capsys.disabled():
-            print(f"\n[chaos] {scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()),
-                  flush=True)
+            print(
+                f"\n[chaos] {scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()),
+                flush=True,
+            )
         ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
         # Read-modify-write under an exclusive lock file: tests run one at a time, but a
         # second pytest run may share the checkout.
@@ -118,8 +131,9 @@ def _locked(path: Path) -> Iterator[None]:
 # -- waiting ----------------------------------------------------------------------------------
 
 
-async def wait_until(pred: Callable[[], Awaitable[bool]], timeout: float, what: str,
-                     every: float = 0.05) -> float:
+async def wait_until(
+    pred: Callable[[], Awaitable[bool]], timeout: float, what: str, every: float = 0.05
+) -> float:
     """Poll ``pred`` until true; returns the seconds it took. Backend errors while polling
     (a server that is down on purpose) count as "not yet"."""
     start = time.monotonic()
@@ -144,8 +158,12 @@ class Zygote:
         env = {k: v for k, v in os.environ.items() if k != "CODEMOJEX_TEST_CRASH"}
         self._err = open(log, "ab")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.zygote"], cwd=ROOT, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            [sys.executable, "-m", "tests.chaos.zygote"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
             preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only, no locks
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -168,10 +186,21 @@ class Zygote:
             elif parts[:1] == ["exit"]:
                 self._exits[int(parts[1])] = int(parts[2])
 
-    def spawn(self, role: str, worker_id: str, log: Path, env: dict[str, str] | None = None,
-              args: dict[str, Any] | None = None) -> int:
-        cmd = {"role": role, "worker_id": worker_id, "env": env or {}, "log": str(log),
-               "args": args or {}}
+    def spawn(
+        self,
+        role: str,
+        worker_id: str,
+        log: Path,
+        env: dict[str, str] | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> int:
+        cmd = {
+            "role": role,
+            "worker_id": worker_id,
+            "env": env or {},
+            "log": str(log),
+            "args": args or {},
+        }
         with self._lock:
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(cmd).encode() + b"\n")
@@ -219,9 +248,15 @@ class Proc:
 class Pool:
     """Worker processes of one role, spawned through the zygote, killed and respawned."""
 
-    def __init__(self, zygote: Zygote, log_dir: Path, role: str = "score_worker",
-                 env: dict[str, str] | None = None, args: dict[str, Any] | None = None,
-                 prefix: str = "WRK") -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        log_dir: Path,
+        role: str = "score_worker",
+        env: dict[str, str] | None = None,
+        args: dict[str, Any] | None = None,
+        prefix: str = "WRK",
+    ) -> None:
         self.zygote = zygote
         self.log_dir = log_dir
         self.role = role
@@ -235,8 +270,11 @@ class Pool:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def spawn(self, **env: str) -> Proc:
-        wid = echomq.branded(self.prefix) if self.prefix == "WRK" else (
-            f"{self.prefix}{len(self.procs)}")
+        wid = (
+            echomq.branded(self.prefix)
+            if self.prefix == "WRK"
+            else (f"{self.prefix}{len(self.procs)}")
+        )
         log = self.log_dir / f"{wid}.log"
         args = {**self.args}
         pid = self.zygote.spawn(self.role, wid, log, {**self.env, **env}, args)
@@ -316,15 +354,15 @@ async def new_players(game: Game, n: int, tag: str = "p") -> list[str]:
     return [(await game.create_player(f"{tag}{i}")).player_id for i in range(n)]
 
 
-def random_guess(rng: random.Random, secret: tuple[str, ...], solve_p: float = 0.15
-                 ) -> list[str]:
+def random_guess(rng: random.Random, secret: tuple[str, ...], solve_p: float = 0.15) -> list[str]:
     if rng.random() < solve_p:
         return list(secret)
     return [rng.choice(DEFAULT_PALETTE) for _ in secret]
 
 
-async def submit_many(game: Game, players: list[str], n: int, rng: random.Random,
-                      concurrency: int = 16) -> list[Guess]:
+async def submit_many(
+    game: Game, players: list[str], n: int, rng: random.Random, concurrency: int = 16
+) -> list[Guess]:
     """``n`` guesses spread over ``players`` (in the current round), submitted through
     ``Game.submit`` with some concurrency; every one answered is returned."""
     rnd, _ = await game.current_round()
@@ -337,7 +375,7 @@ async def submit_many(game: Game, players: list[str], n: int, rng: random.Random
         out.append(Guess(acc.job_id, pid, rnd.round_id, acc.seq, tuple(guess)))
 
     for i in range(0, n, concurrency):
-        await asyncio.gather(*(one(pid) for pid in todo[i:i + concurrency]))
+        await asyncio.gather(*(one(pid) for pid in todo[i : i + concurrency]))
     return out
 
 
@@ -365,8 +403,7 @@ async def standings(game: Game) -> dict[str, tuple[int, int]]:
 async def score_rows(game: Game) -> Counter[str]:
     """job_id -> number of score rows (the primary key makes 2 impossible; counted anyway)."""
     async with game.engine.connect() as conn:
-        rows = await conn.execute(
-            select(ScoreRow.job_id, func.count()).group_by(ScoreRow.job_id))
+        rows = await conn.execute(select(ScoreRow.job_id, func.count()).group_by(ScoreRow.job_id))
         return Counter({jid: int(n) for jid, n in rows})
 
 
@@ -380,8 +417,13 @@ async def verdict(game: Game, accepted: list[Guess]) -> dict[str, int]:
     want = await expected_standings(game, accepted)
     got = await standings(game)
     wrong = sum(1 for pid in set(want) | set(got) if want.get(pid) != got.get(pid))
-    return {"score_rows": sum(rows.values()), "lost": lost, "doubled": doubled,
-            "strays": strays, "wrong_totals": wrong}
+    return {
+        "score_rows": sum(rows.values()),
+        "lost": lost,
+        "doubled": doubled,
+        "strays": strays,
+        "wrong_totals": wrong,
+    }
 
 
 # -- the web app ----------------------------------------------------------------------------------
@@ -399,8 +441,9 @@ async def serve(config: Any) -> Any:
     from web.server import server_config
 
     port = free_port()
-    server = uvicorn.Server(server_config(
-        create_app(config), port=port, log_level="critical", graceful_shutdown_s=2))
+    server = uvicorn.Server(
+        server_config(create_app(config), port=port, log_level="critical", graceful_shutdown_s=2)
+    )
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(10):

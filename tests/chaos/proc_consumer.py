@@ -31,9 +31,20 @@ def _note(path: str, line: str) -> None:
         os.close(fd)
 
 
-async def run(worker_id: str, *, url: str, queue: str, note: str, mode: str,
-              lease_ms: int = 2_000, lapse_ms: int = 500, reap_interval_ms: int = 200,
-              concurrency: int = 1, work_ms: int = 20, reaper: bool = True) -> None:
+async def run(
+    worker_id: str,
+    *,
+    url: str,
+    queue: str,
+    note: str,
+    mode: str,
+    lease_ms: int = 2_000,
+    lapse_ms: int = 500,
+    reap_interval_ms: int = 200,
+    concurrency: int = 1,
+    work_ms: int = 20,
+    reaper: bool = True,
+) -> None:
     conn = redis.asyncio.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
     q = echomq.Queue(conn, queue)
 
@@ -43,22 +54,36 @@ async def run(worker_id: str, *, url: str, queue: str, note: str, mode: str,
             _note(note, f"start {claim.job_id} {claim.token} {claimed_at}")
             await asyncio.Event().wait()
         if isinstance(claim.payload, dict) and claim.payload.get("poison"):
-            _note(note, f"poison {claim.job_id} {claim.token} {worker_id} "
-                        f"held={[(c.job_id, c.token) for c in consumer.in_flight]}")
+            _note(
+                note,
+                f"poison {claim.job_id} {claim.token} {worker_id} "
+                f"held={[(c.job_id, c.token) for c in consumer.in_flight]}",
+            )
             os.kill(os.getpid(), signal.SIGKILL)
-        _note(note, f"claim {claim.job_id} {claim.token} {claimed_at} {claim.enqueued_at_ms} "
-                    f"{worker_id}")
+        _note(
+            note,
+            f"claim {claim.job_id} {claim.token} {claimed_at} {claim.enqueued_at_ms} {worker_id}",
+        )
         await asyncio.sleep(work_ms / 1000)
         return {"by": worker_id}
 
     consumer = echomq.Consumer(
-        q, handler, lease_ms=lease_ms, lapse_ms=lapse_ms, reap_interval_ms=reap_interval_ms,
-        concurrency=concurrency, worker_id=worker_id, reaper=reaper,
+        q,
+        handler,
+        lease_ms=lease_ms,
+        lapse_ms=lapse_ms,
+        reap_interval_ms=reap_interval_ms,
+        concurrency=concurrency,
+        worker_id=worker_id,
+        reaper=reaper,
     )
     _note(note, f"ready {worker_id} {os.getpid()}")
     try:
         await consumer.run(install_signal_handlers=True)
     finally:
-        _note(note, f"stopped {worker_id} completed={consumer.completed} "
-                    f"stale={consumer.stale} lost={consumer.lost} released={consumer.released}")
+        _note(
+            note,
+            f"stopped {worker_id} completed={consumer.completed} "
+            f"stale={consumer.stale} lost={consumer.lost} released={consumer.released}",
+        )
         await conn.aclose()

@@ -33,9 +33,16 @@ KILL_EVERY_S = (0.3, 1.5)
 OUTAGE_S = 5.0
 
 
-async def kill_storm(game: Game, config: Config, valkey: EmbeddedValkey, zygote: Zygote,
-                     log_dir: Path, pools: list[Pool], n: int, outage_s: float = 0.0
-                     ) -> dict[str, object]:
+async def kill_storm(
+    game: Game,
+    config: Config,
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    log_dir: Path,
+    pools: list[Pool],
+    n: int,
+    outage_s: float = 0.0,
+) -> dict[str, object]:
     rng = random.Random()
     players = await harness.new_players(game, max(8, n // 25))
     accepted = await harness.submit_many(game, players, n, rng)
@@ -79,7 +86,7 @@ async def kill_storm(game: Game, config: Config, valkey: EmbeddedValkey, zygote:
                     stats = None
                 if stats is not None:
                     completed = stats["counters"].get("completed", 0)
-                    if (outage_s and outage_task is None and completed >= 0.4 * n):
+                    if outage_s and outage_task is None and completed >= 0.4 * n:
                         outage_task = asyncio.create_task(take_valkey_down())
                     if stats["dead"]:
                         # Out of deliveries: the operator's path, from the durable floor.
@@ -87,10 +94,13 @@ async def kill_storm(game: Game, config: Config, valkey: EmbeddedValkey, zygote:
                         for d in await admin.dead_jobs():
                             await admin.retry_dead(d["job_id"])
                             retried.add(d["job_id"])
-                    if (completed >= n and stats["active"] == stats["pending"] == 0
-                            and stats["scheduled"] == 0
-                            and (outage_task is None or outage_task.done())
-                            and (outage_task is not None or not outage_s)):
+                    if (
+                        completed >= n
+                        and stats["active"] == stats["pending"] == 0
+                        and stats["scheduled"] == 0
+                        and (outage_task is None or outage_task.done())
+                        and (outage_task is not None or not outage_s)
+                    ):
                         break
             await asyncio.sleep(0.02)
     finally:
@@ -102,8 +112,11 @@ async def kill_storm(game: Game, config: Config, valkey: EmbeddedValkey, zygote:
     verdict = await harness.verdict(game, accepted)
     hits = pool.crashpoints()
     fig: dict[str, object] = {
-        "guesses": n, "workers": WORKERS, "drained_s": round(elapsed, 1),
-        "storm_kills": pool.killed, "crashpoint_deaths": pool.self_died,
+        "guesses": n,
+        "workers": WORKERS,
+        "drained_s": round(elapsed, 1),
+        "storm_kills": pool.killed,
+        "crashpoint_deaths": pool.self_died,
         "crashpoints": dict(sorted(hits.items())),
         "self_exit_codes": dict(pool.exit_codes),
         "deliveries": stats["counters"].get("claimed", 0),
@@ -117,38 +130,65 @@ async def kill_storm(game: Game, config: Config, valkey: EmbeddedValkey, zygote:
     if outage_s:
         fig["valkey_outage_s"] = round(outage["end"] - outage["start"], 1)
     assert stats["counters"].get("completed") == n
-    assert verdict == {"score_rows": n, "lost": 0, "doubled": 0, "strays": 0,
-                       "wrong_totals": 0}, verdict
+    assert verdict == {"score_rows": n, "lost": 0, "doubled": 0, "strays": 0, "wrong_totals": 0}, (
+        verdict
+    )
     assert stats["active"] == stats["pending"] == stats["scheduled"] == stats["dead"] == 0
     return fig
 
 
-async def test_kill_storm_sqlite(game: Game, config: Config, valkey: EmbeddedValkey,
-                                 zygote: Zygote, tmp_path: Path, pools: list[Pool],
-                                 figures: Figures) -> None:
-    fig = await kill_storm(game, config, valkey, zygote, tmp_path / "w", pools,
-                           harness.size(2_000, 2_000))
+async def test_kill_storm_sqlite(
+    game: Game,
+    config: Config,
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
+) -> None:
+    fig = await kill_storm(
+        game, config, valkey, zygote, tmp_path / "w", pools, harness.size(2_000, 2_000)
+    )
     figures.record("1 kill storm (SQLite)", **fig)
 
 
 async def test_kill_storm_with_a_valkey_outage(
-    game: Game, config: Config, valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path,
-    pools: list[Pool], figures: Figures,
+    game: Game,
+    config: Config,
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
 ) -> None:
-    fig = await kill_storm(game, config, valkey, zygote, tmp_path / "w", pools,
-                           harness.size(1_000, 2_000), outage_s=OUTAGE_S)
+    fig = await kill_storm(
+        game,
+        config,
+        valkey,
+        zygote,
+        tmp_path / "w",
+        pools,
+        harness.size(1_000, 2_000),
+        outage_s=OUTAGE_S,
+    )
     figures.record("8 kill storm + 5 s Valkey outage (SQLite)", **fig)
 
 
 @pytest.mark.postgres
-async def test_kill_storm_postgres(valkey: EmbeddedValkey, pg_url: str, zygote: Zygote,
-                                   tmp_path: Path, pools: list[Pool],
-                                   figures: Figures) -> None:
+async def test_kill_storm_postgres(
+    valkey: EmbeddedValkey,
+    pg_url: str,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
+) -> None:
     config = make_config(valkey.url, pg_url, tmp_path)
     game = Game.connect(config)
     try:
-        fig = await kill_storm(game, config, valkey, zygote, tmp_path / "w", pools,
-                               harness.size(2_000, 2_000))
+        fig = await kill_storm(
+            game, config, valkey, zygote, tmp_path / "w", pools, harness.size(2_000, 2_000)
+        )
     finally:
         await game.close()
     figures.record("1 kill storm (PostgreSQL)", **fig)

@@ -69,8 +69,13 @@ class ScoringMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        config = Config(valkey_url=self.valkey_url, database_url=self.sql_url,
-                        round_seconds=3_600, lease_ms=LEASE_MS, guess_rate=0)
+        config = Config(
+            valkey_url=self.valkey_url,
+            database_url=self.sql_url,
+            round_seconds=3_600,
+            lease_ms=LEASE_MS,
+            guess_rate=0,
+        )
         self.game = Game.connect(config)
         self.run(self.game.conn.flushall())  # a private server: nothing else lives here
         tag = uuid.uuid4().hex[:6]
@@ -97,14 +102,20 @@ class ScoringMachine(RuleBasedStateMachine):
     # -- rules ------------------------------------------------------------------------------
 
     @precondition(lambda self: len(self.jobs) < MAX_JOBS)
-    @rule(who=st.integers(0, PLAYERS - 1), solve=st.booleans(),
-          pattern=st.lists(st.integers(0, 7), min_size=4, max_size=4))
+    @rule(
+        who=st.integers(0, PLAYERS - 1),
+        solve=st.booleans(),
+        pattern=st.lists(st.integers(0, 7), min_size=4, max_size=4),
+    )
     def submit(self, who: int, solve: bool, pattern: list[int]) -> None:
         player = self.players[who]
         guess = list(self.round.secret) if solve else [DEFAULT_PALETTE[i] for i in pattern]
         acc = self.run(self.game.submit(player, self.round.round_id, guess))
-        want_seq = sum(1 for j in self.jobs.values()
-                       if j.player_id == player and j.round_id == self.round.round_id)
+        want_seq = sum(
+            1
+            for j in self.jobs.values()
+            if j.player_id == player and j.round_id == self.round.round_id
+        )
         assert acc.created and acc.seq == want_seq
         self.jobs[acc.job_id] = MJob(player, self.round.round_id, acc.seq, tuple(guess))
         self.count("submitted")
@@ -166,13 +177,18 @@ class ScoringMachine(RuleBasedStateMachine):
         jid = data.draw(st.sampled_from(sorted(self.scored)))
         w = data.draw(st.sampled_from(WORKERS))
         job = self.jobs[jid]
-        c = echomq.Claim(jid, job.player_id, {"player_id": job.player_id,
-                                             "round_id": job.round_id,
-                                             "guess": list(job.guess)},
-                         max(1, job.attempts), 0, seq=job.seq)
+        c = echomq.Claim(
+            jid,
+            job.player_id,
+            {"player_id": job.player_id, "round_id": job.round_id, "guess": list(job.guess)},
+            max(1, job.attempts),
+            0,
+            seq=job.seq,
+        )
         wrote = self.run(self.scorers[w].handle(c))
-        assert wrote["points"] == points_for(job.seq, feedback(
-            self.secrets[job.round_id], job.guess).solved)
+        assert wrote["points"] == points_for(
+            job.seq, feedback(self.secrets[job.round_id], job.guess).solved
+        )
         self.count("scored twice")
 
     @precondition(lambda self: any(j.state == "active" for j in self.jobs.values()))
@@ -180,8 +196,9 @@ class ScoringMachine(RuleBasedStateMachine):
     def reap(self, data: st.DataObject) -> None:
         """A lease runs out (its deadline moved into the past stands in for the clock
         passing it) and the reaper takes the job back."""
-        jid = data.draw(st.sampled_from(sorted(
-            j for j, m in self.jobs.items() if m.state == "active")))
+        jid = data.draw(
+            st.sampled_from(sorted(j for j, m in self.jobs.items() if m.state == "active"))
+        )
         q = self.game.queue
         assert self.run(q.conn.zadd(q.keys.active, {jid: 0}, xx=True)) == 0
         assert self.run(q.stalled.reap()) == [jid]
@@ -193,8 +210,9 @@ class ScoringMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(j.state == "dead" for j in self.jobs.values()))
     @rule(data=st.data())
     def retry_dead(self, data: st.DataObject) -> None:
-        jid = data.draw(st.sampled_from(sorted(
-            j for j, m in self.jobs.items() if m.state == "dead")))
+        jid = data.draw(
+            st.sampled_from(sorted(j for j, m in self.jobs.items() if m.state == "dead"))
+        )
         self.run(self.game.queue.jobs.retry_dead(jid))
         self.jobs[jid].state = "pending"
         self.jobs[jid].stalls = 0
@@ -251,8 +269,12 @@ class ScoringMachine(RuleBasedStateMachine):
     def one_score_row_per_scored_guess(self) -> None:
         async def rows() -> list[str]:
             async with self.game.engine.connect() as conn:
-                return [r[0] for r in await conn.execute(
-                    select(ScoreRow.job_id).where(ScoreRow.player_id.in_(self.players)))]
+                return [
+                    r[0]
+                    for r in await conn.execute(
+                        select(ScoreRow.job_id).where(ScoreRow.player_id.in_(self.players))
+                    )
+                ]
 
         found = self.run(rows())
         assert len(found) == len(set(found)) and set(found) == self.scored
@@ -267,14 +289,28 @@ class ScoringMachine(RuleBasedStateMachine):
 
 @pytest.mark.timeout(harness.size(120, 1_200))
 def test_leaderboard_always_equals_the_model(
-    valkey: EmbeddedValkey, sql_url: str, figures: Figures, tmp_path: Path,
+    valkey: EmbeddedValkey,
+    sql_url: str,
+    figures: Figures,
+    tmp_path: Path,
 ) -> None:
     ScoringMachine.valkey_url = valkey.url
     ScoringMachine.sql_url = sql_url
     ScoringMachine.tally = {}
     examples, steps = harness.size(40, 200), harness.size(30, 50)
-    run_state_machine_as_test(ScoringMachine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None,
-        suppress_health_check=list(HealthCheck), database=None))
-    figures.record("9 stateful model of the scoring path", examples=examples,
-                   max_steps=steps, **dict(sorted(ScoringMachine.tally.items())))
+    run_state_machine_as_test(
+        ScoringMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
+    figures.record(
+        "9 stateful model of the scoring path",
+        examples=examples,
+        max_steps=steps,
+        **dict(sorted(ScoringMachine.tally.items())),
+    )

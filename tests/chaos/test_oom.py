@@ -64,11 +64,11 @@ def _hold_full(url: str, seconds: float) -> int:
 
 @pytest.mark.timeout(harness.size(120, 300))
 async def test_an_oom_spell_during_load_loses_nothing_and_kills_no_loop(
-    tmp_path: Path, figures: Figures,
+    tmp_path: Path,
+    figures: Figures,
 ) -> None:
     jobs, long_jobs, spell_s = harness.size(600, 3_000), 6, 2.0
-    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec",
-                            maxmemory=48 * 1024**2)
+    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec", maxmemory=48 * 1024**2)
     server.start()
     conn = redis.asyncio.Redis.from_url(server.url)
     admin = redis.Redis.from_url(server.url)
@@ -109,10 +109,17 @@ async def test_an_oom_spell_during_load_loses_nothing_and_kills_no_loop(
         admin.close()
         await conn.aclose()
         server.stop()
-    figures.record("oom_spell", jobs=jobs, spell_s=round(spell, 2), fill_keys=chunks,
-                   consumer_oom_refusals=refused, completed=s["counters"].get("completed", 0),
-                   reaped=s["counters"].get("reaped", 0), delivered_twice=sum(
-                       1 for n in runs.values() if n > 1), registered_after=registered)
+    figures.record(
+        "oom_spell",
+        jobs=jobs,
+        spell_s=round(spell, 2),
+        fill_keys=chunks,
+        consumer_oom_refusals=refused,
+        completed=s["counters"].get("completed", 0),
+        reaped=s["counters"].get("reaped", 0),
+        delivered_twice=sum(1 for n in runs.values() if n > 1),
+        registered_after=registered,
+    )
     assert refused > 0, "the spell refused the consumer nothing: the test proved nothing"
     assert alive and registered
     assert s["counters"]["completed"] == jobs and s["completed"] == jobs  # none lost

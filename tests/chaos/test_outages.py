@@ -38,7 +38,11 @@ async def _timed(call: Any) -> tuple[Any, float]:
 
 
 async def test_valkey_down_at_start_then_everything_recovers(
-    tmp_path: Path, sql_url: str, zygote: Zygote, pools: list[Pool], figures: Figures,
+    tmp_path: Path,
+    sql_url: str,
+    zygote: Zygote,
+    pools: list[Pool],
+    figures: Figures,
 ) -> None:
     server = EmbeddedValkey(tmp_path / "valkey", appendfsync="always")  # not started yet
     config = make_config(server.url, sql_url, tmp_path)
@@ -49,9 +53,11 @@ async def test_valkey_down_at_start_then_everything_recovers(
         async with harness.serve(config) as http:
             answers: dict[str, int] = {}
             slowest = 0.0
-            for name, call in (("healthz", http.get("/healthz")),
-                               ("round", http.get("/api/round")),
-                               ("players", http.post("/api/players", json={"name": "Ada"}))):
+            for name, call in (
+                ("healthz", http.get("/healthz")),
+                ("round", http.get("/api/round")),
+                ("players", http.post("/api/players", json={"name": "Ada"})),
+            ):
                 resp, ms = await _timed(call)
                 answers[name] = resp.status_code
                 slowest = max(slowest, ms)
@@ -70,8 +76,9 @@ async def test_valkey_down_at_start_then_everything_recovers(
             conn = redis.asyncio.Redis.from_url(server.url)
             try:
                 q = echomq.Queue(conn, "guesses")
-                await harness.wait_until(lambda: harness.registered(q, worker.worker_id), 20,
-                                         "the worker recovered")
+                await harness.wait_until(
+                    lambda: harness.registered(q, worker.worker_id), 20, "the worker recovered"
+                )
             finally:
                 await conn.aclose()
             worker_s = time.monotonic() - t_up
@@ -79,8 +86,11 @@ async def test_valkey_down_at_start_then_everything_recovers(
             player = (await http.post("/api/players", json={"name": "Ada"})).json()
             auth = {"Authorization": f"Bearer {player['token']}"}
             rnd = (await http.get("/api/round")).json()
-            sub = await http.post("/api/guesses", headers=auth,
-                                  json={"round_id": rnd["round_id"], "guess": ["🍎"] * 4})
+            sub = await http.post(
+                "/api/guesses",
+                headers=auth,
+                json={"round_id": rnd["round_id"], "guess": ["🍎"] * 4},
+            )
             assert sub.status_code == 202, sub.text
 
             async def scored() -> bool:
@@ -91,17 +101,31 @@ async def test_valkey_down_at_start_then_everything_recovers(
     finally:
         await pool.stop_all()
         server.stop()
-    figures.record("8 Valkey down at start", down_s=DOWN_S, answers_while_down=answers,
-                   slowest_503_ms=round(slowest), web_recovered_s=round(web_s, 2),
-                   worker_recovered_s=round(worker_s, 2), guess_scored_s=round(scored_s, 2),
-                   worker_restarts=0)
+    figures.record(
+        "8 Valkey down at start",
+        down_s=DOWN_S,
+        answers_while_down=answers,
+        slowest_503_ms=round(slowest),
+        web_recovered_s=round(web_s, 2),
+        worker_recovered_s=round(worker_s, 2),
+        guess_scored_s=round(scored_s, 2),
+        worker_restarts=0,
+    )
     assert slowest < 6_000  # never hangs
     assert worker.code is None or worker.terminated
 
 
-async def _sql_outage(game: Game, config: Config, zygote: Zygote, log_dir: Path,
-                      pools: list[Pool], n: int, take_down: Any, bring_back: Any,
-                      down_s: float) -> dict[str, Any]:
+async def _sql_outage(
+    game: Game,
+    config: Config,
+    zygote: Zygote,
+    log_dir: Path,
+    pools: list[Pool],
+    n: int,
+    take_down: Any,
+    bring_back: Any,
+    down_s: float,
+) -> dict[str, Any]:
     players = await harness.new_players(game, max(10, n // 25))  # under the lane cap
     accepted = await harness.submit_many(game, players, n, random.Random())
     # Scoring takes 20 ms a guess here, so that the outage lands mid-stream.
@@ -127,21 +151,31 @@ async def _sql_outage(game: Game, config: Config, zygote: Zygote, log_dir: Path,
     await pool.stop_all()
     stats = await game.queue.stats()
     verdict = await harness.verdict(game, accepted)
-    fig = {"guesses": n, "outage_s": round(outage_s, 1),
-           "failed_attempts": stats["counters"].get("failed", 0),
-           "dead": stats["counters"].get("dead", 0), "worker_deaths": pool.self_died,
-           **verdict}
+    fig = {
+        "guesses": n,
+        "outage_s": round(outage_s, 1),
+        "failed_attempts": stats["counters"].get("failed", 0),
+        "dead": stats["counters"].get("dead", 0),
+        "worker_deaths": pool.self_died,
+        **verdict,
+    }
     assert stats["counters"].get("failed", 0) > 0  # the outage was felt
     assert stats["counters"].get("dead", 0) == 0 and pool.self_died == 0
-    assert verdict == {"score_rows": n, "lost": 0, "doubled": 0, "strays": 0,
-                       "wrong_totals": 0}, verdict
+    assert verdict == {"score_rows": n, "lost": 0, "doubled": 0, "strays": 0, "wrong_totals": 0}, (
+        verdict
+    )
     return fig
 
 
 @pytest.mark.postgres
 async def test_postgres_down_for_a_few_seconds(
-    valkey: EmbeddedValkey, pg_cluster: PgCluster, pg_url: str, zygote: Zygote,
-    tmp_path: Path, pools: list[Pool], figures: Figures,
+    valkey: EmbeddedValkey,
+    pg_cluster: PgCluster,
+    pg_url: str,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
 ) -> None:
     config = make_config(valkey.url, pg_url, tmp_path)
     game = Game.connect(config)
@@ -149,27 +183,41 @@ async def test_postgres_down_for_a_few_seconds(
     # of it then loses commits it had acknowledged, and scores with them (this test found
     # that). Production's default is on; so is this database.
     async with game.engine.begin() as conn:
-        await conn.execute(text(
-            f'ALTER DATABASE "{pg_url.rsplit("/", 1)[1]}" SET synchronous_commit = on'))
+        await conn.execute(
+            text(f'ALTER DATABASE "{pg_url.rsplit("/", 1)[1]}" SET synchronous_commit = on')
+        )
     await game.engine.dispose()
 
     async def stop() -> None:
-        await asyncio.to_thread(pg_cluster._run, "pg_ctl", "-D", str(pg_cluster.datadir),
-                                "-m", "immediate", "-w", "stop")
+        await asyncio.to_thread(
+            pg_cluster._run,
+            "pg_ctl",
+            "-D",
+            str(pg_cluster.datadir),
+            "-m",
+            "immediate",
+            "-w",
+            "stop",
+        )
 
     async def start() -> None:
         await asyncio.to_thread(pg_cluster._pg_ctl_start)
 
     try:
-        fig = await _sql_outage(game, config, zygote, tmp_path / "w", pools,
-                                harness.size(400, 2_000), stop, start, 2.0)
+        fig = await _sql_outage(
+            game, config, zygote, tmp_path / "w", pools, harness.size(400, 2_000), stop, start, 2.0
+        )
     finally:
         await game.close()
     figures.record("8 PostgreSQL down mid-scoring", **fig)
 
 
 async def test_sqlite_locked_past_its_busy_timeout(
-    game: Game, config: Config, zygote: Zygote, tmp_path: Path, pools: list[Pool],
+    game: Game,
+    config: Config,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
     figures: Figures,
 ) -> None:
     """Another process holds SQLite's write lock for 6 s, past the 5 s busy timeout: every
@@ -198,6 +246,7 @@ async def test_sqlite_locked_past_its_busy_timeout(
         release.set()
         await asyncio.to_thread(thread.join, 10)
 
-    fig = await _sql_outage(game, config, zygote, tmp_path / "w", pools,
-                            harness.size(400, 2_000), lock, unlock, 6.0)
+    fig = await _sql_outage(
+        game, config, zygote, tmp_path / "w", pools, harness.size(400, 2_000), lock, unlock, 6.0
+    )
     figures.record("8 SQLite locked mid-scoring", **fig)

@@ -24,18 +24,33 @@ LANES = 10
 
 
 async def test_poison_job_is_dead_lettered_and_starves_no_one(
-    valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool],
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
     figures: Figures,
 ) -> None:
     lease, lapse, reap = harness.LEASE_MS, harness.LAPSE_MS, harness.REAP_MS
     conn = redis.asyncio.Redis.from_url(valkey.url)
     q = echomq.Queue(conn, "poison")
     note = tmp_path / "notes.log"
-    pool = Pool(zygote, tmp_path / "c", role="consumer", prefix="C", args={
-        "url": valkey.url, "queue": q.name, "note": str(note), "mode": "work",
-        "lease_ms": lease, "lapse_ms": lapse, "reap_interval_ms": reap, "concurrency": 2,
-        "work_ms": 50,
-    })
+    pool = Pool(
+        zygote,
+        tmp_path / "c",
+        role="consumer",
+        prefix="C",
+        args={
+            "url": valkey.url,
+            "queue": q.name,
+            "note": str(note),
+            "mode": "work",
+            "lease_ms": lease,
+            "lapse_ms": lapse,
+            "reap_interval_ms": reap,
+            "concurrency": 2,
+            "work_ms": 50,
+        },
+    )
     pools.append(pool)
     workers = [pool.spawn() for _ in range(4)]
 
@@ -101,13 +116,20 @@ async def test_poison_job_is_dead_lettered_and_starves_no_one(
     why = Counter(e.fields.get("why") for e in every if e.type == "reaped")
     reaps = Counter(e.job_id for e in every if e.type == "reaped" and e.job_id != poison)
     await conn.aclose()
-    figures.record("6 poison job", max_attempts=MAX_ATTEMPTS, deliveries=len(deliveries),
-                   worker_deaths=pool.self_died, dead_after_s=round(dead_after_s, 1),
-                   reason=info.reason if info else None, other_jobs=len(innocents),
-                   other_jobs_caught_in_a_kill=stranded,
-                   other_max_reaps=max(reaps.values(), default=0),
-                   other_wait_ms=harness.summary([float(w) for w in waits]),
-                   bound_ms=lease + reap, reaped_because=dict(why))
+    figures.record(
+        "6 poison job",
+        max_attempts=MAX_ATTEMPTS,
+        deliveries=len(deliveries),
+        worker_deaths=pool.self_died,
+        dead_after_s=round(dead_after_s, 1),
+        reason=info.reason if info else None,
+        other_jobs=len(innocents),
+        other_jobs_caught_in_a_kill=stranded,
+        other_max_reaps=max(reaps.values(), default=0),
+        other_wait_ms=harness.summary([float(w) for w in waits]),
+        bound_ms=lease + reap,
+        reaped_because=dict(why),
+    )
     assert info is not None and info.state == "dead"
     assert info.reason == "lease expired too often"
     # Delivered = run: exactly max_attempts times. (The token may be higher: a consumer

@@ -30,20 +30,38 @@ pytestmark = pytest.mark.chaos
 # -- 2. re-claim latency ----------------------------------------------------------------------
 
 
-async def _reclaim_trials(valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path,
-                          pools: list[Pool], trials: int, lapse_ms: int, reap_ms: int,
-                          lease_ms: int) -> dict[str, object]:
+async def _reclaim_trials(
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    trials: int,
+    lapse_ms: int,
+    reap_ms: int,
+    lease_ms: int,
+) -> dict[str, object]:
     """Per trial: A (a worker process) holds a job and is SIGKILLed at t0; B (a consumer in
     this process, hosting the reaper) must claim it by t0 + lapse + R + ε on the server
     clock, and not before A's heartbeat deadline passed."""
     conn = redis.asyncio.Redis.from_url(valkey.url)
     q = echomq.Queue(conn, f"reclaim{lapse_ms}")
     note = tmp_path / "a.log"
-    pool = Pool(zygote, tmp_path / "a", role="consumer", prefix="A", args={
-        "url": valkey.url, "queue": q.name, "note": str(note), "mode": "hang",
-        "lease_ms": lease_ms, "lapse_ms": lapse_ms, "reap_interval_ms": reap_ms,
-        "reaper": False,
-    })
+    pool = Pool(
+        zygote,
+        tmp_path / "a",
+        role="consumer",
+        prefix="A",
+        args={
+            "url": valkey.url,
+            "queue": q.name,
+            "note": str(note),
+            "mode": "hang",
+            "lease_ms": lease_ms,
+            "lapse_ms": lapse_ms,
+            "reap_interval_ms": reap_ms,
+            "reaper": False,
+        },
+    )
     pools.append(pool)
     got: asyncio.Queue[tuple[str, int, int]] = asyncio.Queue()
 
@@ -55,13 +73,20 @@ async def _reclaim_trials(valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path
     try:
         for trial in range(trials):
             a = pool.spawn()
-            await wait_until(functools.partial(harness.registered, q, a.worker_id), 10,
-                             "A registered")
+            await wait_until(
+                functools.partial(harness.registered, q, a.worker_id), 10, "A registered"
+            )
             jid = await q.lanes.enqueue("l", {"trial": trial})
             await wait_until(functools.partial(_started, note, jid), 10, "A started the job")
             # B and its reaper start only now, so only A can have claimed the job.
-            b = echomq.Consumer(q, b_handler, lease_ms=lease_ms, lapse_ms=lapse_ms,
-                                reap_interval_ms=reap_ms, worker_id=f"B{trial}")
+            b = echomq.Consumer(
+                q,
+                b_handler,
+                lease_ms=lease_ms,
+                lapse_ms=lapse_ms,
+                reap_interval_ms=reap_ms,
+                worker_id=f"B{trial}",
+            )
             b_task = asyncio.create_task(b.run())
             try:
                 # Kill at a random phase of A's heartbeat and of B's reaper.
@@ -83,10 +108,14 @@ async def _reclaim_trials(valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path
             assert claimed_at >= beat + lapse_ms, (trial, claimed_at, beat)
     finally:
         await conn.aclose()
-    return {"trials": trials, "lapse_ms": lapse_ms, "reap_ms": reap_ms,
-            "bound_ms": lapse_ms + reap_ms + harness.EPSILON_MS,
-            "latency_ms": harness.summary(latencies),
-            "margin_after_lapse_ms": harness.summary(after_lapse)}
+    return {
+        "trials": trials,
+        "lapse_ms": lapse_ms,
+        "reap_ms": reap_ms,
+        "bound_ms": lapse_ms + reap_ms + harness.EPSILON_MS,
+        "latency_ms": harness.summary(latencies),
+        "margin_after_lapse_ms": harness.summary(after_lapse),
+    }
 
 
 async def _started(note: Path, job_id: str) -> bool:
@@ -95,22 +124,37 @@ async def _started(note: Path, job_id: str) -> bool:
 
 @pytest.mark.timeout(harness.size(120, 600))
 async def test_killed_holder_job_is_reclaimed_within_lapse_plus_reap(
-    valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool],
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
     figures: Figures,
 ) -> None:
-    fig = await _reclaim_trials(valkey, zygote, tmp_path, pools, harness.size(10, 50),
-                                harness.LAPSE_MS, harness.REAP_MS, harness.LEASE_MS)
+    fig = await _reclaim_trials(
+        valkey,
+        zygote,
+        tmp_path,
+        pools,
+        harness.size(10, 50),
+        harness.LAPSE_MS,
+        harness.REAP_MS,
+        harness.LEASE_MS,
+    )
     figures.record("2 re-claim latency (short timings)", **fig)
 
 
 @pytest.mark.timeout(harness.size(120, 600))
 async def test_reclaim_latency_at_default_timings(
-    valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool],
+    valkey: EmbeddedValkey,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
     figures: Figures,
 ) -> None:
     """The contract's defaults: lapse 3 s, reap every 1 s, lease 10 s."""
-    fig = await _reclaim_trials(valkey, zygote, tmp_path, pools, harness.size(3, 10),
-                                3_000, 1_000, 10_000)
+    fig = await _reclaim_trials(
+        valkey, zygote, tmp_path, pools, harness.size(3, 10), 3_000, 1_000, 10_000
+    )
     figures.record("2 re-claim latency (default timings)", **fig)
 
 
@@ -118,7 +162,11 @@ async def test_reclaim_latency_at_default_timings(
 
 
 async def test_live_worker_keeps_its_job_for_five_leases(
-    game: Game, config: Config, zygote: Zygote, tmp_path: Path, pools: list[Pool],
+    game: Game,
+    config: Config,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
     figures: Figures,
 ) -> None:
     hold_ms = 5 * config.lease_ms
@@ -126,8 +174,9 @@ async def test_live_worker_keeps_its_job_for_five_leases(
     rnd, _ = await game.current_round()
     accepted = [await game.submit(p, rnd.round_id, list(rnd.secret)) for p in players]
     ids = [a.job_id for a in accepted]
-    pool = Pool(zygote, tmp_path / "w", env=worker_env(
-        config, CODEMOJEX_SCORE_DELAY_MS=str(hold_ms)))
+    pool = Pool(
+        zygote, tmp_path / "w", env=worker_env(config, CODEMOJEX_SCORE_DELAY_MS=str(hold_ms))
+    )
     pools.append(pool)
     holder = pool.spawn()
     await wait_until(lambda: _all_active(game, ids), 15, "the holder claimed every job")
@@ -151,14 +200,24 @@ async def test_live_worker_keeps_its_job_for_five_leases(
         await asyncio.sleep(0.1)
     held_s = time.monotonic() - t0
     stats = await game.queue.stats()
-    verdict = await harness.verdict(game, [
-        harness.Guess(a.job_id, p, rnd.round_id, a.seq, rnd.secret)
-        for a, p in zip(accepted, players, strict=True)])
-    figures.record("3 no false reclaim", jobs=len(ids), held_s=round(held_s, 1),
-                   lease_ms=config.lease_ms, tokens_seen=sorted(tokens),
-                   deliveries=stats["counters"].get("claimed", 0),
-                   reclaims=stats["counters"].get("reaped", 0),
-                   refused=sum(stats["refused"].values()), test_reaper_sweeps=sweeps)
+    verdict = await harness.verdict(
+        game,
+        [
+            harness.Guess(a.job_id, p, rnd.round_id, a.seq, rnd.secret)
+            for a, p in zip(accepted, players, strict=True)
+        ],
+    )
+    figures.record(
+        "3 no false reclaim",
+        jobs=len(ids),
+        held_s=round(held_s, 1),
+        lease_ms=config.lease_ms,
+        tokens_seen=sorted(tokens),
+        deliveries=stats["counters"].get("claimed", 0),
+        reclaims=stats["counters"].get("reaped", 0),
+        refused=sum(stats["refused"].values()),
+        test_reaper_sweeps=sweeps,
+    )
     assert tokens == {1} and holders == {holder.worker_id}
     assert stats["counters"].get("claimed") == len(ids)
     assert stats["counters"].get("reaped", 0) == 0 and stats["refused"] == {}
@@ -190,8 +249,13 @@ def _is_stopped(pid: int) -> bool:
 
 @pytest.mark.parametrize("freeze_at", ["after_claim", "after_commit"])
 async def test_frozen_holder_is_fenced(
-    game: Game, config: Config, zygote: Zygote, tmp_path: Path, pools: list[Pool],
-    figures: Figures, freeze_at: str,
+    game: Game,
+    config: Config,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
+    freeze_at: str,
 ) -> None:
     """A freezes itself (SIGSTOP, through the crash-point switch) right after its claim —
     or right after its SQL commit, so its write lands first; B reclaims and completes;
@@ -202,9 +266,16 @@ async def test_frozen_holder_is_fenced(
     # After a claim-time freeze, A's score takes 3 s: its next extend (every lease/3)
     # comes first, reports the lease lost and cancels it.
     delay = "3000" if freeze_at == "after_claim" else "0"
-    a_pool = Pool(zygote, tmp_path / "a", env=worker_env(
-        config, CODEMOJEX_TEST_CRASH=f"{freeze_at}:1.0:stop",
-        CODEMOJEX_SCORE_DELAY_MS=delay, CODEMOJEX_CONCURRENCY="1"))
+    a_pool = Pool(
+        zygote,
+        tmp_path / "a",
+        env=worker_env(
+            config,
+            CODEMOJEX_TEST_CRASH=f"{freeze_at}:1.0:stop",
+            CODEMOJEX_SCORE_DELAY_MS=delay,
+            CODEMOJEX_CONCURRENCY="1",
+        ),
+    )
     b_pool = Pool(zygote, tmp_path / "b", env=worker_env(config))
     pools += [a_pool, b_pool]
     a = a_pool.spawn()
@@ -235,16 +306,25 @@ async def test_frozen_holder_is_fenced(
     stats = await game.queue.stats()
     info = await game.queue.jobs.get(acc.job_id)
     async with game.engine.connect() as conn:
-        rows = (await conn.execute(select(ScoreRow.worker_id, ScoreRow.attempts)
-                                   .where(ScoreRow.job_id == acc.job_id))).all()
+        rows = (
+            await conn.execute(
+                select(ScoreRow.worker_id, ScoreRow.attempts).where(ScoreRow.job_id == acc.job_id)
+            )
+        ).all()
     board = await harness.standings(game)
     cancelled = "handler cancelled" in a_log
-    figures.record(f"4 frozen holder fenced ({freeze_at})", frozen_s=round(
-        time.monotonic() - frozen_at, 1), b_completed_after_s=round(b_done_s, 2),
-        refused=stats["refused"], a_handler_cancelled=cancelled,
-        sql_rows=len(rows), sql_written_by="A" if rows and rows[0][0] == a.worker_id else "B",
+    figures.record(
+        f"4 frozen holder fenced ({freeze_at})",
+        frozen_s=round(time.monotonic() - frozen_at, 1),
+        b_completed_after_s=round(b_done_s, 2),
+        refused=stats["refused"],
+        a_handler_cancelled=cancelled,
+        sql_rows=len(rows),
+        sql_written_by="A" if rows and rows[0][0] == a.worker_id else "B",
         completed=stats["counters"].get("completed"),
-        failures=info.failures if info else None, error=info.error if info else None)
+        failures=info.failures if info else None,
+        error=info.error if info else None,
+    )
     assert info is not None and info.state == "completed" and info.attempts == 2
     assert info.result["worker_id"] == b.worker_id
     assert stats["counters"].get("completed") == 1

@@ -42,8 +42,9 @@ class Stream:
         self.in_doubt: set[str] = set()  # sent, no answer (the server died under it)
         self.done: set[str] = set()
         self._stop = asyncio.Event()
-        self.consumer = echomq.Consumer(self.q, self._handle, lease_ms=1_000, lapse_ms=500,
-                                        reap_interval_ms=200, concurrency=8)
+        self.consumer = echomq.Consumer(
+            self.q, self._handle, lease_ms=1_000, lapse_ms=500, reap_interval_ms=200, concurrency=8
+        )
         self._tasks = [asyncio.create_task(self._produce(i)) for i in range(producers)]
         self._consumer_task = asyncio.create_task(self.consumer.run())
 
@@ -90,8 +91,7 @@ class Stream:
         return [jid for jid, ok in zip(ids, await pipe.execute(), strict=True) if not ok]
 
 
-async def crash_cycles(server: EmbeddedValkey, stream: Stream, crashes: int
-                       ) -> dict[str, Any]:
+async def crash_cycles(server: EmbeddedValkey, stream: Stream, crashes: int) -> dict[str, Any]:
     rng = random.Random()
     restart_ms: list[float] = []
     leases_at_crash = 0
@@ -112,15 +112,19 @@ async def crash_cycles(server: EmbeddedValkey, stream: Stream, crashes: int
             infos = [await stream.q.jobs.get(j) for j in held]
             # (None: the row itself was lost with the crash; only everysec can do that,
             # and the final count of lost acknowledged enqueues says so.)
-            return all(i is None or i.state != "active" or i.attempts > held[i.job_id]
-                       for i in infos)
+            return all(
+                i is None or i.state != "active" or i.attempts > held[i.job_id] for i in infos
+            )
 
         await harness.wait_until(reclaimed, 15, "leases in flight at the crash reclaimed")
         reclaimed_after_restart += len(held)
-    return {"crashes": crashes, "acked_enqueues": len(stream.acked),
-            "leases_in_flight_at_crashes": leases_at_crash,
-            "reclaimed_after_restart": reclaimed_after_restart,
-            "restart_ms": harness.summary(restart_ms)}
+    return {
+        "crashes": crashes,
+        "acked_enqueues": len(stream.acked),
+        "leases_in_flight_at_crashes": leases_at_crash,
+        "reclaimed_after_restart": reclaimed_after_restart,
+        "restart_ms": harness.summary(restart_ms),
+    }
 
 
 async def _leases(stream: Stream) -> dict[str, int]:
@@ -163,8 +167,11 @@ async def drain(stream: Stream) -> dict[str, int]:
         infos = [await stream.q.jobs.get(j) for j in left[:5]]
         raise AssertionError(f"{len(left)} acknowledged jobs never ran: {infos}") from None
     present = set(stream.in_doubt) - set(await stream.missing(sorted(stream.in_doubt)))
-    return {"acked_lost": len(lost), "in_doubt": len(stream.in_doubt),
-            "in_doubt_found_present": len(present)}
+    return {
+        "acked_lost": len(lost),
+        "in_doubt": len(stream.in_doubt),
+        "in_doubt_found_present": len(present),
+    }
 
 
 @pytest.mark.timeout(harness.size(120, 400))
@@ -206,8 +213,10 @@ def fsync_windows(trace: str, acks: list[float]) -> list[float]:
     AOF that started after it: how long it lived only in the page cache."""
     syncs = sorted(
         (float(m[1]), float(m[1]) + float(m[2]))
-        for m in re.finditer(r"^\d+\s+(\d+\.\d+) f(?:data)?sync\(\d+\)\s+= 0 <([\d.]+)>",
-                             trace, re.MULTILINE))
+        for m in re.finditer(
+            r"^\d+\s+(\d+\.\d+) f(?:data)?sync\(\d+\)\s+= 0 <([\d.]+)>", trace, re.MULTILINE
+        )
+    )
     out: list[float] = []
     i = 0
     for t in sorted(acks):
@@ -220,8 +229,7 @@ def fsync_windows(trace: str, acks: list[float]) -> list[float]:
 
 
 @pytest.mark.timeout(harness.size(120, 400))
-async def test_everysec_loss_window(tmp_path: Path, figures: Figures, strace: str | None
-                                    ) -> None:
+async def test_everysec_loss_window(tmp_path: Path, figures: Figures, strace: str | None) -> None:
     server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec")
     server.start()
     stream = Stream(server.url)
@@ -231,8 +239,19 @@ async def test_everysec_loss_window(tmp_path: Path, figures: Figures, strace: st
         if strace is not None:
             out = tmp_path / "strace.out"
             tracer = await asyncio.create_subprocess_exec(
-                strace, "-f", "-qq", "-ttt", "-T", "-e", "trace=fdatasync,fsync",
-                "-o", str(out), "-p", str(server.pid), stderr=subprocess.DEVNULL)
+                strace,
+                "-f",
+                "-qq",
+                "-ttt",
+                "-T",
+                "-e",
+                "trace=fdatasync,fsync",
+                "-o",
+                str(out),
+                "-p",
+                str(server.pid),
+                stderr=subprocess.DEVNULL,
+            )
             await asyncio.sleep(0.5)  # attached
             t0 = time.time()
             await asyncio.sleep(3.0)
@@ -248,8 +267,11 @@ async def test_everysec_loss_window(tmp_path: Path, figures: Figures, strace: st
         # 2. Crashes of the server process alone (not of the machine).
         crash = await crash_cycles(server, stream, harness.size(5, 20))
         after = await drain(stream)
-        fig.update(process_crashes=crash["crashes"], acked_enqueues=crash["acked_enqueues"],
-                   acked_lost_on_process_crash=after["acked_lost"])
+        fig.update(
+            process_crashes=crash["crashes"],
+            acked_enqueues=crash["acked_enqueues"],
+            acked_lost_on_process_crash=after["acked_lost"],
+        )
     finally:
         await stream.close()
         server.stop()

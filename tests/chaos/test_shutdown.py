@@ -23,16 +23,28 @@ pytestmark = pytest.mark.chaos
 
 @pytest.mark.parametrize("score_ms", [600, 6_000], ids=["finishes", "outlives-grace"])
 async def test_sigterm_finishes_or_releases_in_flight_guesses(
-    game: Game, config: Config, zygote: Zygote, tmp_path: Path, pools: list[Pool],
-    figures: Figures, score_ms: int,
+    game: Game,
+    config: Config,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
+    score_ms: int,
 ) -> None:
     grace_ms = config.lease_ms  # the Consumer's default grace is its lease
     players = await harness.new_players(game, 4)
     accepted = await harness.submit_many(game, players, 16, random.Random())
     # Prefetch 4: the stopping worker also holds jobs it never started, to hand back.
-    pool = Pool(zygote, tmp_path / "w", env=worker_env(
-        config, CODEMOJEX_SCORE_DELAY_MS=str(score_ms), CODEMOJEX_PREFETCH="4",
-        CODEMOJEX_CONCURRENCY="4"))
+    pool = Pool(
+        zygote,
+        tmp_path / "w",
+        env=worker_env(
+            config,
+            CODEMOJEX_SCORE_DELAY_MS=str(score_ms),
+            CODEMOJEX_PREFETCH="4",
+            CODEMOJEX_CONCURRENCY="4",
+        ),
+    )
     rescue_pool = Pool(zygote, tmp_path / "r", env=worker_env(config))
     pools += [pool, rescue_pool]
     w = pool.spawn()
@@ -53,8 +65,9 @@ async def test_sigterm_finishes_or_releases_in_flight_guesses(
     after = {j: await game.queue.jobs.get(j) for j in ids}
     finished = {j for j in held if after[j] and after[j].state == "completed"}  # type: ignore[union-attr]
     released = {j for j in held if after[j] and after[j].state == "pending"}  # type: ignore[union-attr]
-    still_leased = [j for j, i in after.items() if i and i.state == "active"
-                    and i.worker_id == w.worker_id]
+    still_leased = [
+        j for j, i in after.items() if i and i.state == "active" and i.worker_id == w.worker_id
+    ]
     registered = await harness.registered(game, w.worker_id)
 
     # Whatever is left is scored by another worker, once.
@@ -66,11 +79,17 @@ async def test_sigterm_finishes_or_releases_in_flight_guesses(
     await harness.wait_until(drained, 30, "the rescue worker drained the queue")
     await rescue_pool.stop_all()
     verdict = await harness.verdict(game, accepted)
-    figures.record(f"7 graceful shutdown (score {score_ms} ms, grace {grace_ms} ms)",
-                   held_at_sigterm=len(held), finished_in_grace=len(finished),
-                   released=len(released), exit_code=code,
-                   exit_s=round(exit_s, 2), left_leased=len(still_leased),
-                   still_registered=registered, **verdict)
+    figures.record(
+        f"7 graceful shutdown (score {score_ms} ms, grace {grace_ms} ms)",
+        held_at_sigterm=len(held),
+        finished_in_grace=len(finished),
+        released=len(released),
+        exit_code=code,
+        exit_s=round(exit_s, 2),
+        left_leased=len(still_leased),
+        still_registered=registered,
+        **verdict,
+    )
     assert code == 0 and not still_leased and not registered
     assert finished | released == held
     for j in released:
@@ -83,5 +102,10 @@ async def test_sigterm_finishes_or_releases_in_flight_guesses(
     else:
         assert not finished  # nothing could finish: all handed back
     assert r.code is None or r.terminated
-    assert verdict == {"score_rows": len(ids), "lost": 0, "doubled": 0, "strays": 0,
-                       "wrong_totals": 0}
+    assert verdict == {
+        "score_rows": len(ids),
+        "lost": 0,
+        "doubled": 0,
+        "strays": 0,
+        "wrong_totals": 0,
+    }

@@ -53,16 +53,23 @@ def is_running(pid: int) -> bool:
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
 
 def processes_mentioning(text: str) -> set[int]:
     me = os.getpid()
-    return {int(p.name) for p in Path("/proc").iterdir()
-            if p.name.isdigit() and int(p.name) != me and text in cmdline(int(p.name))
-            and is_running(int(p.name))}
+    return {
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit()
+        and int(p.name) != me
+        and text in cmdline(int(p.name))
+        and is_running(int(p.name))
+    }
 
 
 class Up:
@@ -75,8 +82,17 @@ class Up:
         self.data_dir = data_dir
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "codemojex", "up", "--port", str(self.port),
-                     "--data-dir", str(data_dir), *args]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "codemojex",
+            "up",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(data_dir),
+            *args,
+        ]
         n = len(list(data_dir.parent.glob("up-*.out")))
         self.out_path = data_dir.parent / f"up-{n}.out"
         self.err_path = data_dir.parent / f"up-{n}.err"
@@ -90,8 +106,15 @@ class Up:
     def start(self) -> Up:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, env=env, cwd=self.root, process_group=0)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=self.root,
+                process_group=0,
+            )
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> Up:
@@ -107,8 +130,10 @@ class Up:
             valkey = re.search(r"valkey\s+(\S+)", banner)
             if token and valkey:
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{self.base}/healthz", timeout=2, trust_env=False
-                                 ).status_code == 200:
+                    if (
+                        httpx.get(f"{self.base}/healthz", timeout=2, trust_env=False).status_code
+                        == 200
+                    ):
                         self.admin_token, self.valkey_url = token[1], valkey[1]
                         self.track()
                         return self
@@ -161,8 +186,9 @@ class Up:
         return {"Authorization": f"Bearer {self.admin_token}"}
 
 
-def wait_until(predicate: Any, timeout: float, what: str, logs: Any = None,
-               interval: float = 0.1) -> Any:
+def wait_until(
+    predicate: Any, timeout: float, what: str, logs: Any = None, interval: float = 0.1
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; bounded."""
     deadline = time.monotonic() + timeout
     while True:

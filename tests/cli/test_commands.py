@@ -19,21 +19,47 @@ from echomq.server import EmbeddedValkey
 from tests.cli.running import ROOT, Up, wait_until
 
 
-def run(*argv: str, timeout: float = 30, env_path: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    *argv: str, timeout: float = 30, env_path: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
     if env_path is not None:
         env["PATH"] = env_path
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_the_parser_knows_each_role_and_its_flags() -> None:
     parser = build_parser()
-    up = parser.parse_args(["up", "--port", "9000", "--workers", "0", "--fifo",
-                            "--appendfsync", "everysec", "--lane-cap", "7"])
+    up = parser.parse_args(
+        [
+            "up",
+            "--port",
+            "9000",
+            "--workers",
+            "0",
+            "--fifo",
+            "--appendfsync",
+            "everysec",
+            "--lane-cap",
+            "7",
+        ]
+    )
     assert (up.command, up.port, up.workers, up.fifo, up.appendfsync, up.lane_cap) == (
-        "up", 9000, 0, True, "everysec", 7)
+        "up",
+        9000,
+        0,
+        True,
+        "everysec",
+        7,
+    )
     worker = parser.parse_args(["worker", "--valkey-url", "redis://v:6379/0"])
     assert worker.command == "worker" and worker.fifo is None  # unset: the environment decides
     assert parser.parse_args(["migrate"]).command == "migrate"
@@ -43,10 +69,19 @@ def test_the_parser_knows_each_role_and_its_flags() -> None:
 
 
 def test_children_get_the_same_configuration_through_the_environment(tmp_path: Path) -> None:
-    config = Config(valkey_url="redis://127.0.0.1:1/0", database_url="sqlite:///x.db",
-                    data_dir=tmp_path, round_seconds=7, score_delay_ms=5, lane_cap=3,
-                    fifo=True, admin_token="tok", allowed_origins=("http://a", "http://b"),
-                    appendfsync="no", concurrency=9)
+    config = Config(
+        valkey_url="redis://127.0.0.1:1/0",
+        database_url="sqlite:///x.db",
+        data_dir=tmp_path,
+        round_seconds=7,
+        score_delay_ms=5,
+        lane_cap=3,
+        fifo=True,
+        admin_token="tok",
+        allowed_origins=("http://a", "http://b"),
+        appendfsync="no",
+        concurrency=9,
+    )
     again = Config.from_env(child_env(config))
     assert again.with_(host=config.host, port=config.port, workers=config.workers) == config
 
@@ -80,8 +115,15 @@ def test_up_without_any_valkey_server_stops_with_the_contract_message(tmp_path: 
 
 def test_up_refuses_a_valkey_that_is_not_durable(tmp_path: Path) -> None:
     with EmbeddedValkey(tmp_path / "v", extra_config={"appendonly": "no"}) as server:
-        done = run("-m", "codemojex", "up", "--valkey-url", server.url,
-                   "--data-dir", str(tmp_path / "data"))
+        done = run(
+            "-m",
+            "codemojex",
+            "up",
+            "--valkey-url",
+            server.url,
+            "--data-dir",
+            str(tmp_path / "data"),
+        )
     assert done.returncode == 2
     assert done.stderr.startswith("codemojex: refusing redis://")
     assert "AOF is off" in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
@@ -90,10 +132,16 @@ def test_up_refuses_a_valkey_that_is_not_durable(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("role", ["web", "worker"])
 def test_single_roles_refuse_a_valkey_that_is_not_durable(tmp_path: Path, role: str) -> None:
-    with EmbeddedValkey(tmp_path / "v", extra_config={"maxmemory-policy": "allkeys-lru"}
-                        ) as server:
-        done = run("-m", "codemojex", role, "--valkey-url", server.url,
-                   "--database-url", f"sqlite:///{tmp_path / 'x.db'}")
+    with EmbeddedValkey(tmp_path / "v", extra_config={"maxmemory-policy": "allkeys-lru"}) as server:
+        done = run(
+            "-m",
+            "codemojex",
+            role,
+            "--valkey-url",
+            server.url,
+            "--database-url",
+            f"sqlite:///{tmp_path / 'x.db'}",
+        )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("codemojex: refusing redis://")
     assert "noeviction" in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
@@ -131,9 +179,19 @@ def test_printed_urls_never_show_a_password() -> None:
 
 @pytest.mark.parametrize("flags", [["--prefetch", "-1"], ["--concurrency", "0"]])
 def test_worker_counts_out_of_range_are_refused_in_one_line(
-        tmp_path: Path, flags: list[str]) -> None:
-    done = run("-m", "codemojex", "worker", "--valkey-url", "redis://127.0.0.1:9",
-               "--data-dir", str(tmp_path), *flags)
+    tmp_path: Path, flags: list[str]
+) -> None:
+    done = run(
+        "-m",
+        "codemojex",
+        "worker",
+        "--valkey-url",
+        "redis://127.0.0.1:9",
+        "--data-dir",
+        str(tmp_path),
+        *flags,
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("codemojex: --concurrency must be 1 or more and "
-                                   "--prefetch 0 or more"), done.stderr
+    assert done.stderr.strip() == (
+        "codemojex: --concurrency must be 1 or more and --prefetch 0 or more"
+    ), done.stderr

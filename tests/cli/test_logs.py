@@ -19,9 +19,11 @@ def test_json_logs_from_every_process(start_up: Callable[..., Up]) -> None:
     with httpx.Client(base_url=up.base, timeout=5, trust_env=False) as http:
         player = http.post("/api/players", json={"name": "json"}).json()
         rnd = http.get("/api/round").json()
-        r = http.post("/api/guesses", json={"round_id": rnd["round_id"],
-                                            "guess": rnd["palette"][:4]},
-                      headers={"Authorization": f"Bearer {player['token']}"})
+        r = http.post(
+            "/api/guesses",
+            json={"round_id": rnd["round_id"], "guess": rnd["palette"][:4]},
+            headers={"Authorization": f"Bearer {player['token']}"},
+        )
         assert r.status_code == 202
     assert up.stop() == 0, up.logs()
     lines = up.err_path.read_text().splitlines()

@@ -29,29 +29,42 @@ def exits(conn: redis.Redis) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.timeout(90)
 def test_a_killed_worker_is_replaced_under_a_new_id_and_its_death_recorded(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "2")
     conn = redis.Redis.from_url(up.valkey_url, socket_timeout=5)
     try:
         with client(up) as http:
+
             def alive() -> dict[str, dict[str, Any]]:
                 return alive_workers(http, up)
 
-            first = wait_until(lambda: (a := alive()) and len(a) == 2
-                               and all(w["pid"] for w in a.values()) and a, 15,
-                               "two workers", logs=up.logs)
+            first = wait_until(
+                lambda: (a := alive()) and len(a) == 2 and all(w["pid"] for w in a.values()) and a,
+                15,
+                "two workers",
+                logs=up.logs,
+            )
             victim, info = min(first.items())
             assert info["pid"] in up.track()
 
             # A crash: SIGKILL from outside.
             os.kill(info["pid"], signal.SIGKILL)
-            died = wait_until(lambda: exits(conn).get(victim), 10, "the exit record",
-                              logs=up.logs)
+            died = wait_until(lambda: exits(conn).get(victim), 10, "the exit record", logs=up.logs)
             assert died["reason"] == "killed (SIGKILL)"
             assert died["pid"] == info["pid"]
-            second = wait_until(lambda: (a := alive()) and len(a) == 2 and victim not in a
-                                and all(w["pid"] for w in a.values()) and a,
-                                20, "a replacement worker, heartbeating", logs=up.logs)
+            second = wait_until(
+                lambda: (
+                    (a := alive())
+                    and len(a) == 2
+                    and victim not in a
+                    and all(w["pid"] for w in a.values())
+                    and a
+                ),
+                20,
+                "a replacement worker, heartbeating",
+                logs=up.logs,
+            )
             (newcomer,) = set(second) - set(first)
             assert echomq.is_branded(newcomer, "WRK")
             assert second[newcomer]["pid"] in up.track()
@@ -64,22 +77,37 @@ def test_a_killed_worker_is_replaced_under_a_new_id_and_its_death_recorded(
             wait_until(lambda: not is_running(pid), 5, f"worker pid {pid} to die")
             died = wait_until(lambda: exits(conn).get(target), 10, "the exit record")
             assert died["reason"] == "killed (SIGKILL)"
-            third = wait_until(lambda: (a := alive()) and len(a) == 2 and target not in a and a,
-                               20, "a second replacement", logs=up.logs)
+            third = wait_until(
+                lambda: (a := alive()) and len(a) == 2 and target not in a and a,
+                20,
+                "a second replacement",
+                logs=up.logs,
+            )
             assert not set(third) & {victim, target}
 
             # "Add worker": the supervisor starts one more, under the id the order carries.
             r = http.post("/api/admin/workers", headers=up.admin())
             assert r.status_code == 201, r.text
             added = r.json()["worker_id"]
-            wait_until(lambda: (a := alive()) and len(a) == 3 and added in a, 15,
-                       "the added worker", logs=up.logs)
+            wait_until(
+                lambda: (a := alive()) and len(a) == 3 and added in a,
+                15,
+                "the added worker",
+                logs=up.logs,
+            )
 
             # The embedded Valkey dies: it comes back from its AOF, records and all.
             (valkey,) = (p for p in up.track() if "valkey-server" in cmdline(p))
             os.kill(valkey, signal.SIGKILL)
-            wait_until(lambda: (v := [p for p in up.track() if "valkey-server" in cmdline(p)])
-                       and v != [valkey], 10, "a new valkey-server", logs=up.logs)
+            wait_until(
+                lambda: (
+                    (v := [p for p in up.track() if "valkey-server" in cmdline(p)])
+                    and v != [valkey]
+                ),
+                10,
+                "a new valkey-server",
+                logs=up.logs,
+            )
             wait_until(lambda: http.get("/healthz").status_code == 200, 10, "health again")
             assert exits(conn)[victim]["reason"] == "killed (SIGKILL)"
     finally:

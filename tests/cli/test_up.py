@@ -28,8 +28,11 @@ def submit(http: httpx.Client, token: str, count: int) -> list[str]:
     jobs = []
     for i in range(count):
         guess = [palette[(i + k) % len(palette)] for k in range(length)]
-        r = http.post("/api/guesses", json={"round_id": round_["round_id"], "guess": guess},
-                      headers={"Authorization": f"Bearer {token}"})
+        r = http.post(
+            "/api/guesses",
+            json={"round_id": round_["round_id"], "guess": guess},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert r.status_code == 202, r.text
         jobs.append(str(r.json()["job_id"]))
     return jobs
@@ -57,22 +60,30 @@ def client(up: Up) -> httpx.Client:
 def stop_and_check_nothing_is_left(up: Up) -> None:
     assert len(up.seen) >= 2, "up should have had children (valkey, web, …)"
     assert up.stop() == 0, up.logs()
-    assert wait_until(lambda: not up.leftovers(), 5, "every child of up to be gone",
-                      logs=up.logs) is True
+    assert (
+        wait_until(lambda: not up.leftovers(), 5, "every child of up to be gone", logs=up.logs)
+        is True
+    )
     assert "Traceback" not in up.logs(), up.logs()
 
 
 @pytest.mark.timeout(120)
 def test_up_scores_guesses_stops_without_orphans_and_resumes_after_restart(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "2", "--round-seconds", "60")
     with client(up) as http:
         token = new_player(http, "smoke")
         scored = submit(http, token, 3)
-        wait_until(lambda: all(scores(http, token, scored)), 20, "the guesses to be scored",
-                   logs=up.logs)
-        workers = wait_until(lambda: (w := alive_workers(http, up)) and len(w) == 2 and w,
-                             10, "two alive workers", logs=up.logs)
+        wait_until(
+            lambda: all(scores(http, token, scored)), 20, "the guesses to be scored", logs=up.logs
+        )
+        workers = wait_until(
+            lambda: (w := alive_workers(http, up)) and len(w) == 2 and w,
+            10,
+            "two alive workers",
+            logs=up.logs,
+        )
         assert {w["pid"] for w in workers.values()} <= up.track()
         player = {"Authorization": f"Bearer {token}"}
         assert http.get("/api/admin/workers", headers=player).status_code == 401
@@ -92,7 +103,11 @@ def test_up_scores_guesses_stops_without_orphans_and_resumes_after_restart(
 
     again = start_up("--workers", "2", "--round-seconds", "60")
     with client(again) as http:
-        wait_until(lambda: all(scores(http, token, waiting)), 20,
-                   "the guesses accepted before the restart to be scored", logs=again.logs)
+        wait_until(
+            lambda: all(scores(http, token, waiting)),
+            20,
+            "the guesses accepted before the restart to be scored",
+            logs=again.logs,
+        )
         assert all(scores(http, token, scored))
     stop_and_check_nothing_is_left(again)

@@ -50,8 +50,9 @@ def _player(up: Up, name: str) -> str:
 
 
 async def _close_code_after_sending(url: str, text: str) -> int | None:
-    async with websockets.connect(url, max_size=None, compression=None,
-                                  open_timeout=5, close_timeout=2) as ws:
+    async with websockets.connect(
+        url, max_size=None, compression=None, open_timeout=5, close_timeout=2
+    ) as ws:
         try:
             await ws.send(text)
         except ConnectionClosed:
@@ -66,7 +67,8 @@ async def _close_code_after_sending(url: str, text: str) -> int | None:
 
 
 def test_frames_over_the_cap_close_1009_and_cost_the_server_no_memory(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "0")
     # One player per socket: a player may hold only a few sockets at once.
     urls = [f"ws://127.0.0.1:{up.port}/ws?token={_player(up, f'framer{i}')}" for i in range(21)]
@@ -81,8 +83,9 @@ def test_frames_over_the_cap_close_1009_and_cost_the_server_no_memory(
         app_code = await _close_code_after_sending(url, "x" * (20 * 1024))
         assert 20 * 1024 < WS_MAX_FRAME_BYTES
         before = _rss_mb(web)
-        codes = await asyncio.gather(*(
-            _close_code_after_sending(u, "x" * (15 * MIB)) for u in urls[:20]))
+        codes = await asyncio.gather(
+            *(_close_code_after_sending(u, "x" * (15 * MIB)) for u in urls[:20])
+        )
         return extensions, app_code, list(codes), _rss_mb(web) - before
 
     extensions, app_code, codes, grown_mb = asyncio.run(attack())
@@ -99,18 +102,24 @@ def test_no_token_in_any_log_line(start_up: Callable[..., Up]) -> None:
     token = _player(up, "logged")
 
     async def sockets() -> None:
-        async with websockets.connect(f"ws://127.0.0.1:{up.port}/ws?token={token}",
-                                      open_timeout=5) as ws:
+        async with websockets.connect(
+            f"ws://127.0.0.1:{up.port}/ws?token={token}", open_timeout=5
+        ) as ws:
             await ws.recv()  # the round: accepted and greeted
         with pytest.raises(websockets.InvalidStatus):  # refused before the upgrade: 403
             async with websockets.connect(
-                    f"ws://127.0.0.1:{up.port}/ws?token={token}x&after=0-0", open_timeout=5):
+                f"ws://127.0.0.1:{up.port}/ws?token={token}x&after=0-0", open_timeout=5
+            ):
                 pass
 
     asyncio.run(sockets())
     r = httpx.get(f"{up.base}/api/round", trust_env=False, timeout=5)
-    httpx.post(f"{up.base}/api/guesses", headers={"Authorization": f"Bearer {token}"},
-               json={"round_id": r.json()["round_id"], "guess": ["x"]}, trust_env=False)
+    httpx.post(
+        f"{up.base}/api/guesses",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"round_id": r.json()["round_id"], "guess": ["x"]},
+        trust_env=False,
+    )
     assert up.stop() == 0, up.logs()
     logs = up.out_path.read_text(errors="replace") + up.err_path.read_text(errors="replace")
     assert "WebSocket /ws" in logs, "uvicorn's socket lines should be there, redacted"
@@ -118,8 +127,7 @@ def test_no_token_in_any_log_line(start_up: Callable[..., Up]) -> None:
     assert token[:12] not in logs
 
 
-def _raw_request(port: int, head: bytes, body_part: bytes, *, close_after: bool
-                 ) -> bytes:
+def _raw_request(port: int, head: bytes, body_part: bytes, *, close_after: bool) -> bytes:
     """Send ``head`` and part of a body over a raw socket; then either hang up at once or
     wait for the server's answer (up to 15 s) and return it."""
     import socket
@@ -141,12 +149,15 @@ def _raw_request(port: int, head: bytes, body_part: bytes, *, close_after: bool
 
 
 def test_slow_bodies_get_408_and_abandoned_ones_a_single_quiet_line(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "0")
     token = _player(up, "slowpoke")
-    head = (f"POST /api/guesses HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\n"
-            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-            "Content-Length: 200\r\n\r\n").encode()
+    head = (
+        f"POST /api/guesses HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 200\r\n\r\n"
+    ).encode()
     # A body that stops arriving: the client's fault, answered 408 at the deadline.
     answer = _raw_request(up.port, head, b'{"round_id": "RND_', close_after=False)
     status_line, _, rest = answer.partition(b"\r\n")
@@ -169,5 +180,4 @@ def test_slow_bodies_get_408_and_abandoned_ones_a_single_quiet_line(
     logs = up.err_path.read_text(errors="replace")
     assert "Traceback" not in logs and " E " not in logs, logs[-3000:]
     assert "valkey unavailable" not in logs.lower()
-    assert sum("client left before its request was read" in line
-               for line in logs.splitlines()) <= 3
+    assert sum("client left before its request was read" in line for line in logs.splitlines()) <= 3

@@ -39,7 +39,8 @@ def _sockets(pid: int) -> int:
 
 
 def test_two_web_processes_share_the_port_and_cover_for_each_other(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "1", "--web-processes", "2")
     webs = _web_pids(up)
     assert len(webs) == 2, webs
@@ -53,9 +54,12 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
     before = {pid: _sockets(pid) for pid in webs}
 
     async def play() -> tuple[dict[int, int], dict[str, list[str]]]:
-        socks = [await websockets.connect(
-            f"ws://127.0.0.1:{up.port}/ws?token={p['token']}", open_timeout=5)
-            for p in players]
+        socks = [
+            await websockets.connect(
+                f"ws://127.0.0.1:{up.port}/ws?token={p['token']}", open_timeout=5
+            )
+            for p in players
+        ]
         try:
             for ws in socks:
                 await ws.recv()  # greeted: the connection is held by one of the two
@@ -63,9 +67,11 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
             jobs: dict[str, list[str]] = {}
             async with httpx.AsyncClient(base_url=up.base, timeout=5, trust_env=False) as h:
                 for p in players:
-                    r = await h.post("/api/guesses", headers={
-                        "Authorization": f"Bearer {p['token']}"}, json={
-                        "round_id": round_["round_id"], "guess": round_["palette"][:4]})
+                    r = await h.post(
+                        "/api/guesses",
+                        headers={"Authorization": f"Bearer {p['token']}"},
+                        json={"round_id": round_["round_id"], "guess": round_["palette"][:4]},
+                    )
                     assert r.status_code == 202, r.text
                     jobs[p["player_id"]] = [r.json()["job_id"]]
             got: dict[str, list[str]] = {p["player_id"]: [] for p in players}
@@ -80,8 +86,9 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
                 except TimeoutError:
                     pass
 
-            await asyncio.gather(*(collect(ws, p["player_id"])
-                                   for ws, p in zip(socks, players, strict=True)))
+            await asyncio.gather(
+                *(collect(ws, p["player_id"]) for ws, p in zip(socks, players, strict=True))
+            )
             assert got == jobs  # each player's score, once, on their own socket
             return held, got
         finally:
@@ -97,9 +104,14 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
     os.kill(webs[0], signal.SIGKILL)
     wait_until(lambda: webs[0] not in _web_pids(up), 5, "the killed web process to go")
     for _ in range(20):
-        fresh = httpx.get(f"{up.base}/healthz", timeout=5, trust_env=False,
-                          headers={"Connection": "close"})
+        fresh = httpx.get(
+            f"{up.base}/healthz", timeout=5, trust_env=False, headers={"Connection": "close"}
+        )
         assert fresh.status_code == 200
-    wait_until(lambda: len(_web_pids(up)) == 2 and webs[0] not in _web_pids(up), 20,
-               "the supervisor to start a second web process again", logs=up.logs)
+    wait_until(
+        lambda: len(_web_pids(up)) == 2 and webs[0] not in _web_pids(up),
+        20,
+        "the supervisor to start a second web process again",
+        logs=up.logs,
+    )
     assert up.stop() == 0, up.logs()

@@ -128,7 +128,8 @@ class Bounds:
         while self._heap and self.due.get(self._heap[0][1]) != self._heap[0][0]:
             heapq.heappop(self._heap)  # a deadline already met
         assert not self._heap or self._heap[0][0] > self.claims, (
-            f"{self._heap[0][1]} is past its deadline and still unclaimed")
+            f"{self._heap[0][1]} is past its deadline and still unclaimed"
+        )
         self.check(lanes)
 
     def check(self, lanes: FairLanes) -> None:

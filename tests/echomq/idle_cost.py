@@ -28,8 +28,19 @@ from echomq.server import EmbeddedValkey
 ROOT = Path(__file__).resolve().parents[2]
 # Commands an idle consumer sends (scripts, its park, connection set-up); commandstats
 # cannot tell who ran the rest, which idle consumers only run inside scripts.
-CLIENT_COMMANDS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "blpop", "ping",
-                   "hello", "client|setinfo", "client|setname", "script|load"}
+CLIENT_COMMANDS = {
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "fcall",
+    "blpop",
+    "ping",
+    "hello",
+    "client|setinfo",
+    "client|setname",
+    "script|load",
+}
 OURS = {"info", "config|resetstat", "config|get", "config|set"}
 
 
@@ -42,10 +53,15 @@ def measure(workers: int = 2, window_s: float = 20.0, settle_s: float = 3.0) -> 
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedValkey(Path(tmp) / "valkey", appendfsync="everysec")
         server.start()
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "tests.echomq.proc_idle", server.url, "idle"],
-            cwd=ROOT, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            for _ in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.echomq.proc_idle", server.url, "idle"],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            for _ in range(workers)
+        ]
         client = redis.Redis.from_url(server.url)
         try:
             for p in procs:
@@ -69,14 +85,20 @@ def measure(workers: int = 2, window_s: float = 20.0, settle_s: float = 3.0) -> 
     inside = {k: v for k, v in calls.items() if k not in CLIENT_COMMANDS | OURS}
     per = elapsed * workers
     return {
-        "workers": workers, "window_s": round(elapsed, 1),
+        "workers": workers,
+        "window_s": round(elapsed, 1),
         "client_cmds_per_s_per_consumer": round(sum(sent.values()) / per, 2),
         "script_cmds_per_s_per_consumer": round(sum(inside.values()) / per, 2),
-        "client_cmds": sent, "script_cmds": inside,
+        "client_cmds": sent,
+        "script_cmds": inside,
     }
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    print(json.dumps(measure(int(args[0]) if args else 2,
-                             float(args[1]) if len(args) > 1 else 20.0), indent=2))
+    print(
+        json.dumps(
+            measure(int(args[0]) if args else 2, float(args[1]) if len(args) > 1 else 20.0),
+            indent=2,
+        )
+    )

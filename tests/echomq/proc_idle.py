@@ -1,6 +1,6 @@
 """An idle consumer in its own process, with production defaults, until SIGTERM.
 
-    python -m tests.echomq.proc_idle URL QUEUE
+python -m tests.echomq.proc_idle URL QUEUE
 """
 
 from __future__ import annotations

@@ -37,7 +37,12 @@ async def main() -> None:
         return {"by": "proc"}
 
     consumer = echomq.Consumer(
-        q, handler, lease_ms=lease_ms, lapse_ms=lapse_ms, heartbeat_ms=100, reaper=False,
+        q,
+        handler,
+        lease_ms=lease_ms,
+        lapse_ms=lapse_ms,
+        heartbeat_ms=100,
+        reaper=False,
         grace_ms=5_000,
     )
     note(logfile, "ready")

@@ -24,16 +24,21 @@ def _text(raw: Any) -> str:
 
 
 async def test_a_dedup_key_replays_the_original_receipt_and_changes_nothing(
-        q: echomq.Queue) -> None:
+    q: echomq.Queue,
+) -> None:
     first = await q.lanes.submit("p", {"g": 1}, seq_scope="r", dedup=("k1", "fp-a", DAY_MS))
     assert first.created and first.seq == 0
     bound = await q.conn.hgetall(q.keys.dedup("k1"))
     assert {_text(k): _text(v) for k, v in bound.items()} == {
-        "job": first.job_id, "fp": "fp-a", "seq": "0"}
+        "job": first.job_id,
+        "fp": "fp-a",
+        "seq": "0",
+    }
     assert 0 < await q.conn.pttl(q.keys.dedup("k1")) <= DAY_MS
     before = await snapshot(q)
-    again = await q.lanes.submit("p", {"g": 1}, seq_scope="r",
-                                 dedup=echomq.Dedup("k1", "fp-a", DAY_MS))
+    again = await q.lanes.submit(
+        "p", {"g": 1}, seq_scope="r", dedup=echomq.Dedup("k1", "fp-a", DAY_MS)
+    )
     assert again == echomq.Enqueued(first.job_id, 0, False)
     assert await snapshot(q) == before  # nothing enqueued, no number taken
     assert (await q.lanes.submit("p", {"g": 2}, seq_scope="r")).seq == 1
@@ -48,8 +53,7 @@ async def test_a_dedup_key_with_another_fingerprint_is_a_conflict(q: echomq.Queu
     assert await snapshot(q) == before
 
 
-async def test_a_refused_enqueue_binds_no_dedup_key_and_takes_no_number(
-        q: echomq.Queue) -> None:
+async def test_a_refused_enqueue_binds_no_dedup_key_and_takes_no_number(q: echomq.Queue) -> None:
     now = await q.server_time_ms()
     await q.lanes.submit("p", 0, max_pending=1, seq_scope="r")
     await q.lanes.submit("t", 0, rate_subject="s", rate_per_s=0.001, rate_burst=1)
@@ -61,49 +65,60 @@ async def test_a_refused_enqueue_binds_no_dedup_key_and_takes_no_number(
     ]
     for i, (error, kwargs) in enumerate(refusals):
         with pytest.raises(error):
-            await q.lanes.submit("p", 1, seq_scope="r", dedup=(f"k{i}", "fp", DAY_MS),
-                                 **kwargs)
+            await q.lanes.submit("p", 1, seq_scope="r", dedup=(f"k{i}", "fp", DAY_MS), **kwargs)
     assert await snapshot(q) == before
     assert [k async for k in q.conn.scan_iter(match=f"{q.keys.prefix}dedup:*")] == []
 
 
-async def test_a_replay_is_answered_after_the_deadline_and_over_the_limits(
-        q: echomq.Queue) -> None:
+async def test_a_replay_is_answered_after_the_deadline_and_over_the_limits(q: echomq.Queue) -> None:
     now = await q.server_time_ms()
-    limits: dict[str, Any] = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001,
-                              "rate_burst": 1}
-    first = await q.lanes.submit("p", 1, seq_scope="r", deadline_ms=now + 60_000,
-                                 dedup=("k", "fp", DAY_MS), **limits)
+    limits: dict[str, Any] = {
+        "max_pending": 1,
+        "rate_subject": "s",
+        "rate_per_s": 0.001,
+        "rate_burst": 1,
+    }
+    first = await q.lanes.submit(
+        "p", 1, seq_scope="r", deadline_ms=now + 60_000, dedup=("k", "fp", DAY_MS), **limits
+    )
     before = await snapshot(q)
     # the deadline has passed, the bucket is empty and the lane is full: still a replay
-    again = await q.lanes.submit("p", 1, seq_scope="r", deadline_ms=now - 1,
-                                 dedup=("k", "fp", DAY_MS), **limits)
+    again = await q.lanes.submit(
+        "p", 1, seq_scope="r", deadline_ms=now - 1, dedup=("k", "fp", DAY_MS), **limits
+    )
     assert again == echomq.Enqueued(first.job_id, 0, False)
     with pytest.raises(echomq.DedupConflict):  # and a conflict is a conflict
-        await q.lanes.submit("p", 2, seq_scope="r", deadline_ms=now - 1,
-                             dedup=("k", "other", DAY_MS), **limits)
+        await q.lanes.submit(
+            "p", 2, seq_scope="r", deadline_ms=now - 1, dedup=("k", "other", DAY_MS), **limits
+        )
     assert await snapshot(q) == before
 
 
 async def test_the_checks_run_in_order_deadline_rate_cap(q: echomq.Queue) -> None:
     now = await q.server_time_ms()
-    limits: dict[str, Any] = {"max_pending": 1, "rate_subject": "s", "rate_per_s": 0.001,
-                              "rate_burst": 1}
+    limits: dict[str, Any] = {
+        "max_pending": 1,
+        "rate_subject": "s",
+        "rate_per_s": 0.001,
+        "rate_burst": 1,
+    }
     await q.lanes.submit("p", 1, **limits)  # the bucket is empty and the lane full now
     with pytest.raises(echomq.DeadlinePassed):
         await q.lanes.submit("p", 2, deadline_ms=now - 1, **limits)
     with pytest.raises(echomq.RateLimited):
         await q.lanes.submit("p", 2, **limits)
     with pytest.raises(echomq.LaneFull):
-        await q.lanes.submit("p", 2, max_pending=1, rate_subject="other", rate_per_s=0.001,
-                             rate_burst=1)
+        await q.lanes.submit(
+            "p", 2, max_pending=1, rate_subject="other", rate_per_s=0.001, rate_burst=1
+        )
 
 
 # -- the rate limit -----------------------------------------------------------------------------
 
 
 async def test_the_rate_limit_allows_a_burst_then_refills_on_the_server_clock(
-        q: echomq.Queue) -> None:
+    q: echomq.Queue,
+) -> None:
     limit: dict[str, Any] = {"rate_subject": "s", "rate_per_s": 20, "rate_burst": 3}
     t0 = await q.server_time_ms()
     for i in range(3):
@@ -153,7 +168,10 @@ async def test_a_shared_lane_keeps_the_cap_per_load_subject(q: echomq.Queue) -> 
     assert err.value.lane == "a" and err.value.limit == 2
     await put("b")  # b has a cap of its own on the same lane
     assert (await q.lanes.load("a"), await q.lanes.load("b"), await q.lanes.load("shared")) == (
-        2, 2, 0)
+        2,
+        2,
+        0,
+    )
     # completion unloads the job's subject, not the lane
     c = await q.lanes.claim("w", LEASE)
     assert c is not None and c.payload == {"who": "a"}
@@ -175,25 +193,29 @@ async def test_a_shared_lane_keeps_the_cap_per_load_subject(q: echomq.Queue) -> 
 # -- argument checks ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"max_pending": -1},
-    {"deadline_ms": -5},
-    {"max_pending": True},
-    {"load_subject": ""},
-    {"dedup": ("", "fp", 1)},
-    {"dedup": ("k", "", 1)},
-    {"dedup": ("k", "fp", 0)},
-    {"dedup": ("k", "fp")},
-    {"rate_per_s": -1, "rate_subject": "s", "rate_burst": 1},
-    {"rate_per_s": float("nan"), "rate_subject": "s", "rate_burst": 1},
-    {"rate_per_s": float("inf"), "rate_subject": "s", "rate_burst": 1},
-    {"rate_per_s": "10", "rate_subject": "s", "rate_burst": 1},
-    {"rate_per_s": 10, "rate_burst": 1},
-    {"rate_per_s": 10, "rate_subject": "s", "rate_burst": 0},
-    {"rate_burst": -1},
-])
-async def test_bad_admission_arguments_are_value_errors(q: echomq.Queue,
-                                                        kwargs: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_pending": -1},
+        {"deadline_ms": -5},
+        {"max_pending": True},
+        {"load_subject": ""},
+        {"dedup": ("", "fp", 1)},
+        {"dedup": ("k", "", 1)},
+        {"dedup": ("k", "fp", 0)},
+        {"dedup": ("k", "fp")},
+        {"rate_per_s": -1, "rate_subject": "s", "rate_burst": 1},
+        {"rate_per_s": float("nan"), "rate_subject": "s", "rate_burst": 1},
+        {"rate_per_s": float("inf"), "rate_subject": "s", "rate_burst": 1},
+        {"rate_per_s": "10", "rate_subject": "s", "rate_burst": 1},
+        {"rate_per_s": 10, "rate_burst": 1},
+        {"rate_per_s": 10, "rate_subject": "s", "rate_burst": 0},
+        {"rate_burst": -1},
+    ],
+)
+async def test_bad_admission_arguments_are_value_errors(
+    q: echomq.Queue, kwargs: dict[str, Any]
+) -> None:
     before = await snapshot(q)
     with pytest.raises(ValueError):
         await q.lanes.submit("p", 1, **kwargs)

@@ -67,7 +67,9 @@ async def test_consumer_completes_every_job_with_the_handler_result(
     assert info is not None and info.result == {"double": 6} and info.state == "completed"
 
 
-async def test_handler_exception_fails_then_retries(q: echomq.Queue, start_consumer: Runner) -> None:
+async def test_handler_exception_fails_then_retries(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
     calls = Counter[str]()
 
     async def handler(claim: echomq.Claim) -> str:
@@ -124,6 +126,7 @@ async def test_idle_consumer_parks_instead_of_polling(
     window = 4.0
     try:
         async with mon_conn.monitor() as m:
+
             async def listen() -> None:
                 async for cmd in m.listen():
                     if cmd.get("client_type") == "lua":
@@ -173,9 +176,20 @@ async def test_parked_consumer_wakes_for_a_delayed_job(
     await asyncio.wait_for(done.wait(), 5)  # the BLPOP timeout was bounded by the due time
 
 
-def spawn_worker(valkey_url: str, queue: str, log: Path, mode: str, *extra: str) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    valkey_url: str, queue: str, log: Path, mode: str, *extra: str
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.echomq.proc_worker", valkey_url, queue, str(log), mode, *extra],
+        [
+            sys.executable,
+            "-m",
+            "tests.echomq.proc_worker",
+            valkey_url,
+            queue,
+            str(log),
+            mode,
+            *extra,
+        ],
         cwd=Path(__file__).parents[2],
     )
 

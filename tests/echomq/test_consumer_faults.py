@@ -107,8 +107,9 @@ async def test_a_readonly_spell_kills_no_loop(
         await asyncio.sleep(0.05)
 
     ids = [await q.lanes.enqueue(f"l{i % 5}", i) for i in range(300)]
-    c = echomq.Consumer(q, handler, lease_ms=4_000, lapse_ms=1_200, concurrency=4,
-                        reap_interval_ms=100)
+    c = echomq.Consumer(
+        q, handler, lease_ms=4_000, lapse_ms=1_200, concurrency=4, reap_interval_ms=100
+    )
     task = asyncio.create_task(c.run())
     await wait_for(lambda: completed(q, 20))
     admin = redis.Redis.from_url(server.url)
@@ -138,8 +139,11 @@ async def test_a_readonly_spell_kills_no_loop(
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[RedisCluster]:
     """A one-node Valkey Cluster (every slot on it) and a cluster client."""
-    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="everysec", extra_config={
-        "cluster-enabled": "yes", "cluster-config-file": "nodes.conf"})
+    server = EmbeddedValkey(
+        tmp_path / "valkey",
+        appendfsync="everysec",
+        extra_config={"cluster-enabled": "yes", "cluster-config-file": "nodes.conf"},
+    )
     server.start()
     admin = redis.Redis(host="127.0.0.1", port=server.port)
     admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
@@ -166,8 +170,7 @@ async def test_on_a_cluster_client_the_park_has_a_connection_of_its_own(
         await done.put(claim.job_id)
         return "ok"
 
-    c = echomq.Consumer(q, handler, heartbeat_ms=100, reap_interval_ms=100,
-                        park_max_ms=30_000)
+    c = echomq.Consumer(q, handler, heartbeat_ms=100, reap_interval_ms=100, park_max_ms=30_000)
     task = asyncio.create_task(c.run())
     try:
         for n in range(3):

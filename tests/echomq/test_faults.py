@@ -109,13 +109,20 @@ async def test_a_repeated_completion_batch_reports_true_and_counts_once(
     assert "complete" not in stats["refused"]
 
 
-@pytest.mark.parametrize(("factor", "first", "plateau"), [
-    (0.0, 500, 50_000),  # no jitter: 0.5 s doubling, levelling off at cap / 1.2
-    (1.0, 600, 60_000),  # the most jitter: +20 %, never past the cap
-    (-1.0, 400, 40_000),
-])
+@pytest.mark.parametrize(
+    ("factor", "first", "plateau"),
+    [
+        (0.0, 500, 50_000),  # no jitter: 0.5 s doubling, levelling off at cap / 1.2
+        (1.0, 600, 60_000),  # the most jitter: +20 %, never past the cap
+        (-1.0, 400, 40_000),
+    ],
+)
 async def test_backoff_doubles_from_the_base_and_the_cap_holds_jitter_included(
-    q: echomq.Queue, monkeypatch: pytest.MonkeyPatch, factor: float, first: int, plateau: int,
+    q: echomq.Queue,
+    monkeypatch: pytest.MonkeyPatch,
+    factor: float,
+    first: int,
+    plateau: int,
 ) -> None:
     monkeypatch.setattr(echomq.jobs.random, "uniform", lambda a, b: factor)
     jid = await q.jobs.enqueue("x", max_attempts=20)

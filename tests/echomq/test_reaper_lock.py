@@ -65,7 +65,8 @@ async def test_an_idle_worker_beats_on_the_long_lapse_and_a_claim_shortens_it(
 
 
 async def test_a_busy_consumer_is_never_on_the_idle_lapse(
-    q: echomq.Queue, start_consumer: Runner,
+    q: echomq.Queue,
+    start_consumer: Runner,
 ) -> None:
     """While it holds a job its registry deadline stays within the short lapse, so its
     death is noticed as fast as before; idle again, it goes back to the long one."""

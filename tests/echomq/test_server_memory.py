@@ -40,8 +40,10 @@ def test_a_full_server_refuses_growth_but_still_frees(tmp_path: Path) -> None:
             client.close()
 
 
-@pytest.mark.parametrize("bad", [{"maxmemory": -1}, {"maxmemory": 1.5},
-                                 {"maxmemory_share": 0.0}, {"maxmemory_share": 2.0}])
+@pytest.mark.parametrize(
+    "bad",
+    [{"maxmemory": -1}, {"maxmemory": 1.5}, {"maxmemory_share": 0.0}, {"maxmemory_share": 2.0}],
+)
 def test_a_bad_memory_setting_is_refused(tmp_path: Path, bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         EmbeddedValkey(tmp_path / "v", **bad)  # type: ignore[arg-type]

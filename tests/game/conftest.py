@@ -25,8 +25,14 @@ def private_valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedde
 
 @pytest.fixture
 async def config(private_valkey: EmbeddedValkey, tmp_path: Path) -> Config:
-    cfg = Config(valkey_url=private_valkey.url, data_dir=tmp_path, round_seconds=60,
-                 lease_ms=2_000, lapse_ms=500, reap_interval_ms=200)
+    cfg = Config(
+        valkey_url=private_valkey.url,
+        data_dir=tmp_path,
+        round_seconds=60,
+        lease_ms=2_000,
+        lapse_ms=500,
+        reap_interval_ms=200,
+    )
     await store.migrate_async(cfg.sql_url)
     return cfg
 

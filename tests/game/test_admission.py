@@ -64,7 +64,8 @@ async def client_commands(url: str, action: Callable[[], Awaitable[Any]]) -> lis
 
 async def dedup_keys(game: Game) -> list[bytes]:
     return [k async for k in game.conn.scan_iter(match=f"{game.queue.keys.prefix}dedup:*")] + [
-        k async for k in game.conn.scan_iter(match="cmx:idem:*")]
+        k async for k in game.conn.scan_iter(match="cmx:idem:*")
+    ]
 
 
 async def test_an_accepted_guess_costs_one_round_trip(config: Config) -> None:
@@ -77,6 +78,7 @@ async def test_an_accepted_guess_costs_one_round_trip(config: Config) -> None:
         def submit(key: str | None) -> Callable[[], Awaitable[Any]]:
             async def go() -> None:
                 accepted.append(await game.submit(player, rnd.round_id, GUESS, key))
+
             return go
 
         assert await client_commands(game.config.valkey_url or "", submit(None)) == ["EVALSHA"]
@@ -88,8 +90,12 @@ async def test_an_accepted_guess_costs_one_round_trip(config: Config) -> None:
 
 
 async def _seq_counters(game: Game) -> list[int]:
-    return sorted([int(await game.conn.get(k) or 0) async for k in
-                   game.conn.scan_iter(match=f"{game.queue.keys.prefix}seq:*")])
+    return sorted(
+        [
+            int(await game.conn.get(k) or 0)
+            async for k in game.conn.scan_iter(match=f"{game.queue.keys.prefix}seq:*")
+        ]
+    )
 
 
 async def test_refused_guesses_leave_no_key_and_take_no_seq(config: Config) -> None:
@@ -186,8 +192,7 @@ async def test_honest_pace_never_meets_the_default_limit(config: Config) -> None
 
 
 async def test_fifo_keeps_the_pending_cap_and_the_rate_per_player(config: Config) -> None:
-    async with game_with(config, fifo=True, lane_cap=2, guess_rate=0.01,
-                         guess_burst=3) as game:
+    async with game_with(config, fifo=True, lane_cap=2, guess_rate=0.01, guess_burst=3) as game:
         a, b = [(await game.create_player(n)).player_id for n in ("A", "B")]
         rnd, _ = await game.current_round()
         for _ in range(2):

@@ -36,9 +36,13 @@ async def count_scores(game: Game, job_id: str) -> int:
     from codemojex.store.models import ScoreRow
 
     async with game.engine.connect() as conn:
-        return int((await conn.execute(
-            select(func.count()).select_from(ScoreRow).where(ScoreRow.job_id == job_id)
-        )).scalar_one())
+        return int(
+            (
+                await conn.execute(
+                    select(func.count()).select_from(ScoreRow).where(ScoreRow.job_id == job_id)
+                )
+            ).scalar_one()
+        )
 
 
 async def wait_until(pred: Any, timeout: float = 20.0) -> None:
@@ -53,14 +57,26 @@ async def test_worker_killed_after_commit_before_complete(game: Game, config: Co
     rnd, _ = await game.current_round()
     acc = await game.submit(player, rnd.round_id, list(rnd.secret))
 
-    env = dict(os.environ, CODEMOJEX_TEST_CRASH="after_commit:1.0",
-               CODEMOJEX_VALKEY_URL=config.valkey_url or "",
-               CODEMOJEX_DATABASE_URL=config.sql_url, CODEMOJEX_LAPSE_MS="500",
-               CODEMOJEX_LEASE_MS="2000", CODEMOJEX_WORKER_ID="WRK_crashy")
+    env = dict(
+        os.environ,
+        CODEMOJEX_TEST_CRASH="after_commit:1.0",
+        CODEMOJEX_VALKEY_URL=config.valkey_url or "",
+        CODEMOJEX_DATABASE_URL=config.sql_url,
+        CODEMOJEX_LAPSE_MS="500",
+        CODEMOJEX_LEASE_MS="2000",
+        CODEMOJEX_WORKER_ID="WRK_crashy",
+    )
     proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the wait runs in a thread
-        [sys.executable, "-c", ("import asyncio; from codemojex.config import Config; "
-         "from codemojex.worker import run_worker; asyncio.run(run_worker(Config.from_env()))")],
-        env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import asyncio; from codemojex.config import Config; "
+                "from codemojex.worker import run_worker; asyncio.run(run_worker(Config.from_env()))"
+            ),
+        ],
+        env=env,
+        cwd=ROOT,
     )
     try:
         assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGKILL
@@ -74,6 +90,7 @@ async def test_worker_killed_after_commit_before_complete(game: Game, config: Co
 
     task = asyncio.create_task(run_worker(config, "WRK_rescuer"))
     try:
+
         async def done() -> bool:
             i = await game.queue.jobs.get(acc.job_id)
             return i is not None and i.state == "completed"
@@ -143,11 +160,13 @@ async def test_exactly_one_round_follows_each_close(game: Game) -> None:
 Plan = list[tuple[int, int, bool]]  # (player index, emoji pattern, solve?)
 
 
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
-    plan=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7), st.booleans()),
-                  min_size=1, max_size=10),
+    plan=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 7), st.booleans()), min_size=1, max_size=10
+    ),
     seed=st.integers(0, 2**32 - 1),
 )
 async def test_points_do_not_depend_on_scoring_order_crashes_or_retries(
@@ -179,7 +198,8 @@ async def test_points_do_not_depend_on_scoring_order_crashes_or_retries(
     board = {p["player_id"]: p["points"] for p in await game.leaderboard()}
     assert {pid: board.get(pid, 0) for pid in expected} == expected
     assert sum(1 for _ in await store.scores_for(game.engine, players[0], rnd.round_id)) == sum(
-        1 for pid, _, _ in accepted if pid == players[0])
+        1 for pid, _, _ in accepted if pid == players[0]
+    )
 
 
 async def test_dead_jobs_land_in_sql_and_retry_puts_them_back_on_their_lane(game: Game) -> None:

@@ -16,12 +16,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 async def test_every_accepted_guess_is_scored_once_and_every_process_is_measured(
-        start_up: Callable[..., Up], tmp_path: Path) -> None:
-    opts = Options(rates=[20.0], duration=2.0, drain=20.0, warmup=0.5, players=10,
-                   connections=8, progress=False)
+    start_up: Callable[..., Up], tmp_path: Path
+) -> None:
+    opts = Options(
+        rates=[20.0],
+        duration=2.0,
+        drain=20.0,
+        warmup=0.5,
+        players=10,
+        connections=8,
+        progress=False,
+    )
     stopped: list[Up] = []
-    rows = await measure(opts, lambda: start_up("--workers", "2", "--round-seconds", "600"),
-                         stopped.append)
+    rows = await measure(
+        opts, lambda: start_up("--workers", "2", "--round-seconds", "600"), stopped.append
+    )
     assert len(stopped) == 1
     [row] = rows
     assert row["sent"] > 0 and row["accepted"] > 0, row
@@ -29,8 +38,9 @@ async def test_every_accepted_guess_is_scored_once_and_every_process_is_measured
     assert row["scored"] == row["accepted"], row
     assert row["unscored"] == row["duplicate_scores"] == row["wrong_socket"] == 0, row
     assert row["unanswered"] == 0 and row["drained"], row
-    assert row["accepted"] + sum(row["refused"].values()) + sum(row["errors"].values()) \
-        == row["sent"], row
+    assert (
+        row["accepted"] + sum(row["refused"].values()) + sum(row["errors"].values()) == row["sent"]
+    ), row
     # The client's own timing was measured.
     assert row["send_lag_p99_ms"] is not None and row["send_lag_p99_ms"] >= 0, row
     assert row["accept_to_score_ms"]["p50"] is not None, row
@@ -45,6 +55,5 @@ async def test_every_accepted_guess_is_scored_once_and_every_process_is_measured
     # The outputs render.
     print_tables(rows, "tiny")
     page = tmp_path / "report.html"
-    write_html(page, {"title": "tiny", "machine": machine(), "options": vars(opts),
-                      "rows": rows})
+    write_html(page, {"title": "tiny", "machine": machine(), "options": vars(opts), "rows": rows})
     assert "data:image/png;base64," in page.read_text()

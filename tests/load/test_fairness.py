@@ -47,9 +47,12 @@ class Waits:
     masher_lanes: set[str] = field(default_factory=set)
 
     def over_bound(self) -> list[tuple[str, int, int]]:
-        return [(kind, waited, pos) for kind, waits in (("honest", self.honest),
-                                                        ("masher", self.masher))
-                for waited, pos in waits if waited > 2 * pos]
+        return [
+            (kind, waited, pos)
+            for kind, waits in (("honest", self.honest), ("masher", self.masher))
+            for waited, pos in waits
+            if waited > 2 * pos
+        ]
 
 
 async def _flood(enqueue: Callable[[int], Awaitable[object]], n: int, at_once: int = 32) -> None:
@@ -58,9 +61,12 @@ async def _flood(enqueue: Callable[[int], Awaitable[object]], n: int, at_once: i
         await asyncio.gather(*(enqueue(i) for i in range(first, min(n, first + at_once))))
 
 
-async def _play(q: echomq.Queue, submit: Callable[[int], Awaitable[str]],
-                claims: int = CLAIMS,
-                sparse: Callable[[int], Awaitable[object]] | None = None) -> Waits:
+async def _play(
+    q: echomq.Queue,
+    submit: Callable[[int], Awaitable[str]],
+    claims: int = CLAIMS,
+    sparse: Callable[[int], Awaitable[object]] | None = None,
+) -> Waits:
     """Claim ``claims`` jobs one at a time. Each honest player submits a guess once the
     masher lanes have had their first job (their activations) and are all in the ring, and
     its next one HONEST_EVERY claims after this one was claimed (its think time).
@@ -99,10 +105,13 @@ async def _play(q: echomq.Queue, submit: Callable[[int], Awaitable[str]],
 
 
 async def test_honest_jobs_jump_the_mashers_and_the_mashers_still_get_their_turn(
-        redis_conn: redis.asyncio.Redis, queue_name: str) -> None:
+    redis_conn: redis.asyncio.Redis, queue_name: str
+) -> None:
     q = echomq.Queue(redis_conn, queue_name)
-    await _flood(lambda i: q.lanes.enqueue(f"masher-{i % MASHER_LANES}", {"i": i}),
-                 MASHER_LANES * FLOOD_PER_LANE)
+    await _flood(
+        lambda i: q.lanes.enqueue(f"masher-{i % MASHER_LANES}", {"i": i}),
+        MASHER_LANES * FLOOD_PER_LANE,
+    )
 
     async def submit(player: int) -> str:
         return await q.lanes.enqueue(f"honest-{player}", {"player": player})
@@ -119,7 +128,8 @@ async def test_honest_jobs_jump_the_mashers_and_the_mashers_still_get_their_turn
 
 
 async def test_a_flood_of_sparse_lanes_cannot_starve_the_ring(
-        redis_conn: redis.asyncio.Redis, queue_name: str) -> None:
+    redis_conn: redis.asyncio.Redis, queue_name: str
+) -> None:
     """Two new one-job lanes arrive before every claim, twice what the claims can serve: with
     new-flows-first alone the masher lanes would never be claimed again. Each still is,
     within 2p claims (here exactly 2p: the bound is reached), and every activation within
@@ -141,8 +151,9 @@ async def test_a_flood_of_sparse_lanes_cannot_starve_the_ring(
     assert await q.conn.llen(q.keys.new) >= 250  # the sparse lanes did pile up
 
 
-async def test_one_fifo_lane_breaks_the_bound(redis_conn: redis.asyncio.Redis,
-                                              queue_name: str) -> None:
+async def test_one_fifo_lane_breaks_the_bound(
+    redis_conn: redis.asyncio.Redis, queue_name: str
+) -> None:
     """The contrast (what ``up --fifo`` does: every guess on one lane): an honest job is no
     activation, it waits behind the whole flood, far past any bound in lanes."""
     q = echomq.Queue(redis_conn, queue_name)
@@ -158,7 +169,8 @@ async def test_one_fifo_lane_breaks_the_bound(redis_conn: redis.asyncio.Redis,
 
 @pytest.mark.timeout(60)
 async def test_through_the_game_honest_guesses_jump_the_mashers(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     """The real path: guesses POSTed to ``codemojex up`` (no workers; the test is the
     worker), each player on its own lane, claimed from the game's queue."""
     up = start_up("--workers", "0", "--lane-cap", "1000", "--guess-rate", "0")
@@ -175,8 +187,9 @@ async def test_through_the_game_honest_guesses_jump_the_mashers(
 
         async def mash(headers: dict[str, str]) -> None:
             for _ in range(100):
-                assert (await http.post("/api/guesses", json=guess,
-                                        headers=headers)).status_code == 202
+                assert (
+                    await http.post("/api/guesses", json=guess, headers=headers)
+                ).status_code == 202
 
         await asyncio.gather(*(mash(h) for h in mashers))
         conn = redis.asyncio.Redis.from_url(up.valkey_url)

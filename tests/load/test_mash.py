@@ -18,17 +18,29 @@ pytestmark = pytest.mark.timeout(90)
 
 
 async def test_a_mash_under_chaos_loses_nothing_and_doubles_nothing(
-        start_up: Callable[..., Up], tmp_path: Path) -> None:
+    start_up: Callable[..., Up], tmp_path: Path
+) -> None:
     # One guess at a time per worker, each taking 300 ms: a kill lands mid-score, and the
     # lane cap keeps the backlog the drain must clear small.
-    up = start_up("--workers", "3", "--concurrency", "1", "--score-delay-ms", "300",
-                  "--lane-cap", "15")
+    up = start_up(
+        "--workers", "3", "--concurrency", "1", "--score-delay-ms", "300", "--lane-cap", "15"
+    )
     report = tmp_path / "report"
-    result = await run_mash(MashOptions(
-        url=up.base, players=8, mashers=2, duration=7, chaos_kill_every=2,
-        admin_token=up.admin_token, report=report, seed=5, drain_timeout=30,
-        think_s=(0.5, 1.5), progress=False,
-    ))
+    result = await run_mash(
+        MashOptions(
+            url=up.base,
+            players=8,
+            mashers=2,
+            duration=7,
+            chaos_kill_every=2,
+            admin_token=up.admin_token,
+            report=report,
+            seed=5,
+            drain_timeout=30,
+            think_s=(0.5, 1.5),
+            progress=False,
+        )
+    )
     v = result.verdict
     assert v.ok, (v.line(), v.problems, up.logs())
     assert (v.lost, v.doubled) == (0, 0)
@@ -52,9 +64,28 @@ async def test_a_mash_under_chaos_loses_nothing_and_doubles_nothing(
 def test_the_command_prints_the_verdict_and_exits_zero(start_up: Callable[..., Up]) -> None:
     up = start_up("--workers", "1")
     done = subprocess.run(
-        [sys.executable, "-m", "codemojex", "mash", "--url", up.base, "--players", "2",
-         "--mashers", "1", "--duration", "2", "--masher-rate", "20", "--no-progress"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "codemojex",
+            "mash",
+            "--url",
+            up.base,
+            "--players",
+            "2",
+            "--mashers",
+            "1",
+            "--duration",
+            "2",
+            "--masher-rate",
+            "20",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     last = done.stdout.strip().splitlines()[-1]
@@ -63,8 +94,21 @@ def test_the_command_prints_the_verdict_and_exits_zero(start_up: Callable[..., U
 
 def test_chaos_without_an_admin_token_is_refused() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "codemojex", "mash", "--url", "http://127.0.0.1:9",
-         "--chaos-kill-every", "2"], cwd=ROOT, capture_output=True, text=True, timeout=30,
-        check=False)
+        [
+            sys.executable,
+            "-m",
+            "codemojex",
+            "mash",
+            "--url",
+            "http://127.0.0.1:9",
+            "--chaos-kill-every",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 2
     assert "--admin-token" in done.stderr

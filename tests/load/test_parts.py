@@ -30,9 +30,19 @@ def test_the_honest_solver_cracks_every_secret_in_a_few_guesses() -> None:
 
 
 def _score(job_id: str, exact: int = 1, event_id: str = "1-0") -> dict[str, Any]:
-    return {"type": "score", "event_id": event_id, "job_id": job_id, "round_id": "RND_1",
-            "player_id": "PLR_1", "seq": 0, "guess": ["a"], "exact": exact, "near": 0,
-            "solved": False, "points": 0}
+    return {
+        "type": "score",
+        "event_id": event_id,
+        "job_id": job_id,
+        "round_id": "RND_1",
+        "player_id": "PLR_1",
+        "seq": 0,
+        "guess": ["a"],
+        "exact": exact,
+        "near": 0,
+        "solved": False,
+        "points": 0,
+    }
 
 
 def test_a_replayed_score_counts_once_and_a_different_one_twice() -> None:
@@ -72,16 +82,41 @@ def test_the_leaderboard_check_tells_extra_points_from_missing_ones() -> None:
 
 def test_chaos_aims_at_the_scoring_worker_with_most_lease_left_not_yet_killed() -> None:
     workers = [
-        {"worker_id": "W1", "alive": True, "state": "scoring", "job_id": "J1",
-         "lease_remaining_ms": 9000},
-        {"worker_id": "W2", "alive": True, "state": "scoring", "job_id": "J2",
-         "lease_remaining_ms": 9500},
-        {"worker_id": "W3", "alive": True, "state": "scoring", "job_id": "J3",
-         "lease_remaining_ms": None},  # its reported job is done: stale heartbeat
-        {"worker_id": "W4", "alive": True, "state": "idle", "job_id": None,
-         "lease_remaining_ms": None},
-        {"worker_id": "W5", "alive": False, "state": "dead", "job_id": None,
-         "lease_remaining_ms": None},
+        {
+            "worker_id": "W1",
+            "alive": True,
+            "state": "scoring",
+            "job_id": "J1",
+            "lease_remaining_ms": 9000,
+        },
+        {
+            "worker_id": "W2",
+            "alive": True,
+            "state": "scoring",
+            "job_id": "J2",
+            "lease_remaining_ms": 9500,
+        },
+        {
+            "worker_id": "W3",
+            "alive": True,
+            "state": "scoring",
+            "job_id": "J3",
+            "lease_remaining_ms": None,
+        },  # its reported job is done: stale heartbeat
+        {
+            "worker_id": "W4",
+            "alive": True,
+            "state": "idle",
+            "job_id": None,
+            "lease_remaining_ms": None,
+        },
+        {
+            "worker_id": "W5",
+            "alive": False,
+            "state": "dead",
+            "job_id": None,
+            "lease_remaining_ms": None,
+        },
     ]
     assert pick_victim(workers, set())["worker_id"] == "W2"  # type: ignore[index]
     assert pick_victim(workers, {"W2"})["worker_id"] == "W1"  # type: ignore[index]
@@ -93,8 +128,11 @@ def _kill(held: list[str] | None, job_id: str | None = "J1") -> Kill:
 
 
 def _view(attempts: int, scored: bool = True) -> dict[str, object]:
-    return {"state": "completed", "attempts": attempts,
-            "score": {"exact": 1, "near": 0, "solved": False} if scored else None}
+    return {
+        "state": "completed",
+        "attempts": attempts,
+        "score": {"exact": 1, "near": 0, "solved": False} if scored else None,
+    }
 
 
 def test_a_kill_is_judged_by_what_the_worker_held_as_it_died() -> None:

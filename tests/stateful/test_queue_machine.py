@@ -457,9 +457,12 @@ class QueueMachine(RuleBasedStateMachine):
         if op == "complete" and j.state == "completed" and delta == 0:
             # Its own token on the job it completed: a repeat (a batch re-sent after a lost
             # reply) is True and changes nothing at all, not even the refusal tally.
-            reply, error = self.run(self.unchanged(
-                lambda: self.q.jobs.complete(j.id, j.attempts, {"again": True}),
-                allow_refused=False))
+            reply, error = self.run(
+                self.unchanged(
+                    lambda: self.q.jobs.complete(j.id, j.attempts, {"again": True}),
+                    allow_refused=False,
+                )
+            )
             assert error is None and reply is True
             return
         self.stale(op, j.id, j.attempts + delta)

@@ -313,33 +313,39 @@ def test_retry_after_errors_carry_whole_seconds() -> None:
 # --- names as a reader sees them (graphemes) ----------------------------------------------
 
 
-@pytest.mark.parametrize("name", [
-    "👨\u200d👩\u200d👧",  # a family: three emojis joined by ZWJ, one grapheme
-    "👩🏽\u200d💻 coder",  # skin tone, then ZWJ
-    "🏳️\u200d🌈",  # flag with VS16 then ZWJ
-    "Nguyễn",  # two marks on one base
-    "e\u0301clair",  # a decomposed é
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "👨\u200d👩\u200d👧",  # a family: three emojis joined by ZWJ, one grapheme
+        "👩🏽\u200d💻 coder",  # skin tone, then ZWJ
+        "🏳️\u200d🌈",  # flag with VS16 then ZWJ
+        "Nguyễn",  # two marks on one base
+        "e\u0301clair",  # a decomposed é
+    ],
+)
 def test_emoji_sequences_and_ordinary_marks_are_accepted(name: str) -> None:
     assert validate_name(name) == name
 
 
-@pytest.mark.parametrize("bad", [
-    "\u3164",  # HANGUL FILLER: a letter (Lo) that draws nothing
-    "\u3164\u3164ada",
-    "\u2800",  # BRAILLE PATTERN BLANK
-    "ada\u2800",
-    "\uffa0",  # HALFWIDTH HANGUL FILLER
-    "\u115f",  # HANGUL CHOSEONG FILLER
-    "\u0301",  # a lone combining mark
-    "\u0301ada",
-    " \u0301",  # a mark on a space
-    "a" + "\u0301" * 31,  # 31 stacked marks
-    "a" + "\u0300\u0301\u0302\u0303",  # four marks on one base
-    "a\u200db",  # ZWJ between letters is still a format character
-    "\u200d👩",  # ZWJ with nothing before it
-    "👩\u200d",  # ZWJ with nothing after it
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "\u3164",  # HANGUL FILLER: a letter (Lo) that draws nothing
+        "\u3164\u3164ada",
+        "\u2800",  # BRAILLE PATTERN BLANK
+        "ada\u2800",
+        "\uffa0",  # HALFWIDTH HANGUL FILLER
+        "\u115f",  # HANGUL CHOSEONG FILLER
+        "\u0301",  # a lone combining mark
+        "\u0301ada",
+        " \u0301",  # a mark on a space
+        "a" + "\u0301" * 31,  # 31 stacked marks
+        "a" + "\u0300\u0301\u0302\u0303",  # four marks on one base
+        "a\u200db",  # ZWJ between letters is still a format character
+        "\u200d👩",  # ZWJ with nothing before it
+        "👩\u200d",  # ZWJ with nothing after it
+    ],
+)
 def test_invisible_and_blank_looking_names_are_refused(bad: str) -> None:
     with pytest.raises(InvalidName):
         validate_name(bad)

@@ -68,14 +68,20 @@ def game_settings() -> dict[str, Any]:
 
 
 @pytest.fixture
-def config(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path,
-           game_settings: dict[str, Any]) -> Config:
+def config(
+    private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path, game_settings: dict[str, Any]
+) -> Config:
     return make_config(private_valkey.url, sql_url, tmp_path, **game_settings)
 
 
 def make_config(valkey_url: str, database_url: str, data_dir: Path, **changes: Any) -> Config:
-    return Config(valkey_url=valkey_url, database_url=database_url, data_dir=data_dir,
-                  admin_token=ADMIN_TOKEN, **changes)
+    return Config(
+        valkey_url=valkey_url,
+        database_url=database_url,
+        data_dir=data_dir,
+        admin_token=ADMIN_TOKEN,
+        **changes,
+    )
 
 
 @dataclass
@@ -116,8 +122,9 @@ async def serve(config: Config) -> AsyncIterator[Served]:
     """The app under a real uvicorn on a free port, until the block ends."""
     port = free_port()
     app = create_app(config)
-    server = uvicorn.Server(server_config(
-        app, port=port, log_level="warning", graceful_shutdown_s=2))
+    server = uvicorn.Server(
+        server_config(app, port=port, log_level="warning", graceful_shutdown_s=2)
+    )
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(SERVER_START_TIMEOUT_S):
@@ -159,16 +166,23 @@ class WorkerProcess:
 def start_worker(config: Config, log: Path) -> WorkerProcess:
     """A ScoreWorker process for ``config``, returned once it heartbeats."""
     worker_id = echomq.worker_id()
-    env = {**os.environ, "CODEMOJEX_VALKEY_URL": str(config.valkey_url),
-           "CODEMOJEX_DATABASE_URL": str(config.database_url),
-           "CODEMOJEX_DATA_DIR": str(config.data_dir),
-           "CODEMOJEX_ROUND_SECONDS": str(config.round_seconds),
-           "CODEMOJEX_LANE_CAP": str(config.lane_cap)}
+    env = {
+        **os.environ,
+        "CODEMOJEX_VALKEY_URL": str(config.valkey_url),
+        "CODEMOJEX_DATABASE_URL": str(config.database_url),
+        "CODEMOJEX_DATA_DIR": str(config.data_dir),
+        "CODEMOJEX_ROUND_SECONDS": str(config.round_seconds),
+        "CODEMOJEX_LANE_CAP": str(config.lane_cap),
+    }
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN, worker_id], env=env,
-                                stdout=out, stderr=subprocess.STDOUT,
-                                # never outlive the test run; the child runs only prctl
-                                preexec_fn=die_with_parent())  # noqa: PLW1509
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_MAIN, worker_id],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # never outlive the test run; the child runs only prctl
+            preexec_fn=die_with_parent(),  # noqa: PLW1509
+        )
     worker = WorkerProcess(worker_id, proc)
     import redis
 
@@ -192,13 +206,17 @@ async def served(config: Config) -> AsyncIterator[Served]:
 
 
 @pytest.fixture(scope="module")
-def module_worker(private_valkey: EmbeddedValkey, sql_url: str,
-                  tmp_path_factory: pytest.TempPathFactory,
-                  game_settings: dict[str, Any]) -> Iterator[WorkerProcess]:
+def module_worker(
+    private_valkey: EmbeddedValkey,
+    sql_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    game_settings: dict[str, Any],
+) -> Iterator[WorkerProcess]:
     """A ScoreWorker process for the whole module."""
     data = tmp_path_factory.mktemp("worker")
-    w = start_worker(make_config(private_valkey.url, sql_url, data, **game_settings),
-                     data / "worker.log")
+    w = start_worker(
+        make_config(private_valkey.url, sql_url, data, **game_settings), data / "worker.log"
+    )
     try:
         yield w
     finally:
@@ -228,8 +246,7 @@ def assert_error(resp: httpx.Response, status: int, code: str) -> dict[str, Any]
     return dict(body)
 
 
-async def wait_scored(s: Served, token: str, job_id: str, timeout: float = 10.0
-                      ) -> dict[str, Any]:
+async def wait_scored(s: Served, token: str, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """Poll ``GET /api/guesses/{job_id}`` until the guess has its score."""
     async with asyncio.timeout(timeout):
         while True:
@@ -250,9 +267,12 @@ async def recv(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
     return dict(orjson.loads(raw))
 
 
-async def recv_until(ws: ClientConnection, want: Callable[[dict[str, Any]], bool],
-                     timeout: float = 10.0, seen: list[dict[str, Any]] | None = None
-                     ) -> dict[str, Any]:
+async def recv_until(
+    ws: ClientConnection,
+    want: Callable[[dict[str, Any]], bool],
+    timeout: float = 10.0,
+    seen: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The first message ``want`` accepts; every message read is appended to ``seen``."""
     async with asyncio.timeout(timeout):
         while True:

@@ -64,8 +64,7 @@ async def test_the_process_cap_counts_every_players_sockets(served: Served) -> N
             assert await _closed_with(fifth) == 1013
 
 
-async def test_a_resume_too_far_back_gets_a_gap_instead_of_a_long_replay(
-        served: Served) -> None:
+async def test_a_resume_too_far_back_gets_a_gap_instead_of_a_long_replay(served: Served) -> None:
     player = await served.new_player()
     rnd = await served.current_round()
     pal = rnd["palette"]
@@ -74,8 +73,10 @@ async def test_a_resume_too_far_back_gets_a_gap_instead_of_a_long_replay(
         await recv(ws), await recv(ws)
         for i in range(8):
             resp = await served.http.post(
-                "/api/guesses", headers=bearer(player["token"]),
-                json={"round_id": rnd["round_id"], "guess": [pal[i], pal[0], pal[1], pal[2]]})
+                "/api/guesses",
+                headers=bearer(player["token"]),
+                json={"round_id": rnd["round_id"], "guess": [pal[i], pal[0], pal[1], pal[2]]},
+            )
             assert resp.status_code == 202, resp.text
             score = await recv_until(ws, of_type("score", job_id=resp.json()["job_id"]))
             seen.append(score["event_id"])

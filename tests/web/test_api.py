@@ -27,9 +27,11 @@ BIG = 16 * 1024 + 1
 
 async def _guess(s: Served, token: str, body: Any, **headers: str) -> Any:
     content = body if isinstance(body, bytes) else orjson.dumps(body)
-    return await s.http.post("/api/guesses", content=content,
-                             headers={**bearer(token), "Content-Type": "application/json",
-                                      **headers})
+    return await s.http.post(
+        "/api/guesses",
+        content=content,
+        headers={**bearer(token), "Content-Type": "application/json", **headers},
+    )
 
 
 def _valid(rnd: dict[str, Any]) -> list[str]:
@@ -50,16 +52,37 @@ async def test_join_answers_201_with_id_name_and_token(served: Served) -> None:
 
 
 async def test_bad_names_are_invalid_body(served: Served) -> None:
-    for body in ({}, {"name": ""}, {"name": "x" * 33}, {"name": 42}, {"name": None},
-                 {"name": ["Ada"]}, {"name": "Ada\u0000"}, {"name": "A\u200bda"},
-                 {"name": "   "}, {"name": "A\u202eda"}, {"name": "Ada\u2028"}):
+    for body in (
+        {},
+        {"name": ""},
+        {"name": "x" * 33},
+        {"name": 42},
+        {"name": None},
+        {"name": ["Ada"]},
+        {"name": "Ada\u0000"},
+        {"name": "A\u200bda"},
+        {"name": "   "},
+        {"name": "A\u202eda"},
+        {"name": "Ada\u2028"},
+    ):
         assert_error(await served.http.post("/api/players", json=body), 400, "invalid_body")
 
 
 async def test_bodies_that_are_not_a_json_object_are_invalid_body(served: Served) -> None:
-    for raw in (b'{"name":"\\ud800"}', b'{"name":"\\udc00x"}', b"\xff\xfe", b"{", b"",
-                b"null", b"[]", b'"Ada"', b"{'name': 'Ada'}", b'{"name":"Ada"} trailing',
-                b"[" * 5000 + b"]" * 5000, b'{"name":"Ada","name":' + b"9" * 400 + b"}"):
+    for raw in (
+        b'{"name":"\\ud800"}',
+        b'{"name":"\\udc00x"}',
+        b"\xff\xfe",
+        b"{",
+        b"",
+        b"null",
+        b"[]",
+        b'"Ada"',
+        b"{'name': 'Ada'}",
+        b'{"name":"Ada"} trailing',
+        b"[" * 5000 + b"]" * 5000,
+        b'{"name":"Ada","name":' + b"9" * 400 + b"}",
+    ):
         resp = await served.http.post("/api/players", content=raw)
         assert_error(resp, 400, "invalid_body")
 
@@ -91,8 +114,9 @@ async def test_current_round_and_round_by_id(served: Served) -> None:
     resp = await served.http.get(f"/api/rounds/{rnd['round_id']}")
     assert resp.status_code == 200
     assert resp.json()["round_id"] == rnd["round_id"] and "secret" not in resp.json()
-    assert_error(await served.http.get("/api/rounds/RND_01ARZ3NDEKTSV4RRFFQ69G5FAV"), 404,
-                 "not_found")
+    assert_error(
+        await served.http.get("/api/rounds/RND_01ARZ3NDEKTSV4RRFFQ69G5FAV"), 404, "not_found"
+    )
     assert_error(await served.http.get("/api/rounds/whatever"), 404, "not_found")
 
 
@@ -104,8 +128,9 @@ async def test_guesses_are_accepted_with_consecutive_seq(served: Served) -> None
     rnd = await served.current_round()
     seqs = []
     for _ in range(3):
-        resp = await _guess(served, player["token"], {"round_id": rnd["round_id"],
-                                                      "guess": _valid(rnd)})
+        resp = await _guess(
+            served, player["token"], {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+        )
         assert resp.status_code == 202, resp.text
         assert resp.json()["job_id"].startswith("JOB_")
         seqs.append(resp.json()["seq"])
@@ -119,23 +144,41 @@ async def test_guess_errors(served: Served) -> None:
 
     resp = await served.http.post("/api/guesses", json={"round_id": rid, "guess": ok})
     assert_error(resp, 401, "unauthorized")
-    assert_error(await _guess(served, "not-a-token", {"round_id": rid, "guess": ok}), 401,
-                 "unauthorized")
-    resp = await served.http.post("/api/guesses", json={"round_id": rid, "guess": ok},
-                                  headers={"Authorization": f"Basic {tok}"})
+    assert_error(
+        await _guess(served, "not-a-token", {"round_id": rid, "guess": ok}), 401, "unauthorized"
+    )
+    resp = await served.http.post(
+        "/api/guesses",
+        json={"round_id": rid, "guess": ok},
+        headers={"Authorization": f"Basic {tok}"},
+    )
     assert_error(resp, 401, "unauthorized")
     assert_error(await _guess(served, tok, b"not json"), 400, "invalid_body")
     assert_error(await _guess(served, tok, {"guess": ok}), 400, "invalid_body")
     assert_error(await _guess(served, tok, {"round_id": 7, "guess": ok}), 400, "invalid_body")
     assert_error(await _guess(served, tok, {"round_id": rid}), 400, "invalid_body")
-    for bad in (ok[:3], [*ok, ok[0]], ["A", "B", "C", "D"], "🍎🍎🍎🍎", None, [1, 2, 3, 4],
-                [ok[0] + "\ufe0f", *ok[1:]]):
-        assert_error(await _guess(served, tok, {"round_id": rid, "guess": bad}), 400,
-                     "invalid_guess")
-    assert_error(await _guess(served, tok, {"round_id": "RND_01ARZ3NDEKTSV4RRFFQ69G5FAV",
-                                            "guess": ok}), 404, "not_found")
-    assert_error(await _guess(served, tok, {"round_id": rid, "guess": ok},
-                              **{"Idempotency-Key": "x" * 129}), 400, "invalid_body")
+    for bad in (
+        ok[:3],
+        [*ok, ok[0]],
+        ["A", "B", "C", "D"],
+        "🍎🍎🍎🍎",
+        None,
+        [1, 2, 3, 4],
+        [ok[0] + "\ufe0f", *ok[1:]],
+    ):
+        assert_error(
+            await _guess(served, tok, {"round_id": rid, "guess": bad}), 400, "invalid_guess"
+        )
+    assert_error(
+        await _guess(served, tok, {"round_id": "RND_01ARZ3NDEKTSV4RRFFQ69G5FAV", "guess": ok}),
+        404,
+        "not_found",
+    )
+    assert_error(
+        await _guess(served, tok, {"round_id": rid, "guess": ok}, **{"Idempotency-Key": "x" * 129}),
+        400,
+        "invalid_body",
+    )
     # nothing above took a sequence number
     resp = await _guess(served, tok, {"round_id": rid, "guess": ok})
     assert resp.status_code == 202 and resp.json()["seq"] == 0
@@ -152,18 +195,24 @@ async def test_checks_run_in_the_contract_order(served: Served) -> None:
     # 413 before 400
     assert_error(await _guess(served, tok, huge_bad), 413, "body_too_large")
     # 400 before 404 (a bad guess for an unknown round)
-    assert_error(await _guess(served, tok, {"round_id": unknown, "guess": ["x"]}), 400,
-                 "invalid_guess")
+    assert_error(
+        await _guess(served, tok, {"round_id": unknown, "guess": ["x"]}), 400, "invalid_guess"
+    )
     # 404 before 409: an unknown round with a reused key is still just unknown
     key = {"Idempotency-Key": f"order-{time.time_ns()}"}
-    assert (await _guess(served, tok, {"round_id": rnd["round_id"], "guess": _valid(rnd)},
-                         **key)).status_code == 202
-    assert_error(await _guess(served, tok, {"round_id": unknown, "guess": _valid(rnd)},
-                              **key), 404, "not_found")
+    assert (
+        await _guess(served, tok, {"round_id": rnd["round_id"], "guess": _valid(rnd)}, **key)
+    ).status_code == 202
+    assert_error(
+        await _guess(served, tok, {"round_id": unknown, "guess": _valid(rnd)}, **key),
+        404,
+        "not_found",
+    )
 
 
 async def test_idempotent_replay_returns_the_same_job_and_a_changed_body_conflicts(
-        served: Served) -> None:
+    served: Served,
+) -> None:
     player = await served.new_player()
     rnd = await served.current_round()
     body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
@@ -173,8 +222,7 @@ async def test_idempotent_replay_returns_the_same_job_and_a_changed_body_conflic
     assert first.status_code == again.status_code == 202
     assert first.json() == again.json()
     other = {"round_id": rnd["round_id"], "guess": list(reversed(_valid(rnd)))}
-    assert_error(await _guess(served, player["token"], other, **key), 409,
-                 "idempotency_conflict")
+    assert_error(await _guess(served, player["token"], other, **key), 409, "idempotency_conflict")
     # the same key is per player: another player may use it freely
     someone = await served.new_player("Bob")
     resp = await _guess(served, someone["token"], other, **key)
@@ -187,41 +235,66 @@ async def test_idempotent_replay_returns_the_same_job_and_a_changed_body_conflic
 async def test_a_guess_is_visible_to_its_owner_only(served: Served, worker: Any) -> None:
     owner, other = await served.new_player("Owner"), await served.new_player("Other")
     rnd = await served.current_round()
-    job = (await _guess(served, owner["token"], {"round_id": rnd["round_id"],
-                                                 "guess": _valid(rnd)})).json()["job_id"]
+    job = (
+        await _guess(served, owner["token"], {"round_id": rnd["round_id"], "guess": _valid(rnd)})
+    ).json()["job_id"]
     view = await wait_scored(served, owner["token"], job)
     assert view["job_id"] == job and view["round_id"] == rnd["round_id"]
     assert view["seq"] == 0 and view["guess"] == _valid(rnd)
     # the score is in SQL a moment before the job completes in Valkey
     assert view["state"] in ("active", "completed") and view["attempts"] == 1
     assert set(view["score"]) == {"exact", "near", "solved", "points"}
-    assert_error(await served.http.get(f"/api/guesses/{job}", headers=bearer(other["token"])),
-                 403, "forbidden")
+    assert_error(
+        await served.http.get(f"/api/guesses/{job}", headers=bearer(other["token"])),
+        403,
+        "forbidden",
+    )
     assert_error(await served.http.get(f"/api/guesses/{job}"), 401, "unauthorized")
-    assert_error(await served.http.get("/api/guesses/JOB_01ARZ3NDEKTSV4RRFFQ69G5FAV",
-                                       headers=bearer(owner["token"])), 404, "not_found")
-    assert_error(await served.http.get("/api/guesses/nope", headers=bearer(owner["token"])),
-                 404, "not_found")
+    assert_error(
+        await served.http.get(
+            "/api/guesses/JOB_01ARZ3NDEKTSV4RRFFQ69G5FAV", headers=bearer(owner["token"])
+        ),
+        404,
+        "not_found",
+    )
+    assert_error(
+        await served.http.get("/api/guesses/nope", headers=bearer(owner["token"])), 404, "not_found"
+    )
 
 
 async def test_listing_own_guesses_of_a_round(served: Served) -> None:
     player, other = await served.new_player(), await served.new_player()
     rnd = await served.current_round()
-    jobs = [(await _guess(served, player["token"], {"round_id": rnd["round_id"],
-                                                    "guess": _valid(rnd)})).json()["job_id"]
-            for _ in range(2)]
+    jobs = [
+        (
+            await _guess(
+                served, player["token"], {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+            )
+        ).json()["job_id"]
+        for _ in range(2)
+    ]
     await _guess(served, other["token"], {"round_id": rnd["round_id"], "guess": _valid(rnd)})
-    resp = await served.http.get("/api/guesses", params={"round_id": rnd["round_id"]},
-                                 headers=bearer(player["token"]))
+    resp = await served.http.get(
+        "/api/guesses", params={"round_id": rnd["round_id"]}, headers=bearer(player["token"])
+    )
     assert resp.status_code == 200
     assert [g["job_id"] for g in resp.json()["guesses"]] == jobs
     assert [g["seq"] for g in resp.json()["guesses"]] == [0, 1]
-    assert_error(await served.http.get("/api/guesses", headers=bearer(player["token"])), 400,
-                 "invalid_body")
-    assert_error(await served.http.get("/api/guesses", params={"round_id": "RND_x"},
-                                       headers=bearer(player["token"])), 404, "not_found")
-    assert_error(await served.http.get("/api/guesses", params={"round_id": rnd["round_id"]}),
-                 401, "unauthorized")
+    assert_error(
+        await served.http.get("/api/guesses", headers=bearer(player["token"])), 400, "invalid_body"
+    )
+    assert_error(
+        await served.http.get(
+            "/api/guesses", params={"round_id": "RND_x"}, headers=bearer(player["token"])
+        ),
+        404,
+        "not_found",
+    )
+    assert_error(
+        await served.http.get("/api/guesses", params={"round_id": rnd["round_id"]}),
+        401,
+        "unauthorized",
+    )
 
 
 async def test_leaderboard(served: Served) -> None:
@@ -230,9 +303,13 @@ async def test_leaderboard(served: Served) -> None:
     assert resp.status_code == 200 and isinstance(resp.json()["players"], list)
     resp = await served.http.get("/api/leaderboard", params={"round_id": rnd["round_id"]})
     assert resp.status_code == 200 and isinstance(resp.json()["players"], list)
-    assert_error(await served.http.get("/api/leaderboard",
-                                       params={"round_id": "RND_01ARZ3NDEKTSV4RRFFQ69G5FAV"}),
-                 404, "not_found")
+    assert_error(
+        await served.http.get(
+            "/api/leaderboard", params={"round_id": "RND_01ARZ3NDEKTSV4RRFFQ69G5FAV"}
+        ),
+        404,
+        "not_found",
+    )
 
 
 async def test_lane_full_is_429_with_retry_after(config: Any) -> None:
@@ -262,14 +339,21 @@ async def test_rate_limited_is_429_with_retry_after_and_takes_no_seq(config: Any
         assert int(resp.headers["Retry-After"]) >= 1  # whole seconds (20 s for a token here)
         assert "too-fast" not in err["detail"]
         # checks in the contract's order: a bad body is still 400, an unknown round 404
-        assert_error(await _guess(s, player["token"], {"round_id": rnd["round_id"],
-                                                       "guess": ["x"]}), 400, "invalid_guess")
-        assert_error(await _guess(s, player["token"], {**body, "round_id": "RND_" + "0" * 26}),
-                     404, "not_found")
+        assert_error(
+            await _guess(s, player["token"], {"round_id": rnd["round_id"], "guess": ["x"]}),
+            400,
+            "invalid_guess",
+        )
+        assert_error(
+            await _guess(s, player["token"], {**body, "round_id": "RND_" + "0" * 26}),
+            404,
+            "not_found",
+        )
         # the limit is per player, and the refusal took no number
         assert (await _guess(s, other["token"], body)).json()["seq"] == 0
-        resp = await s.http.get("/api/guesses", params={"round_id": rnd["round_id"]},
-                                headers=bearer(player["token"]))
+        resp = await s.http.get(
+            "/api/guesses", params={"round_id": rnd["round_id"]}, headers=bearer(player["token"])
+        )
         assert [g["seq"] for g in resp.json()["guesses"]] == [0, 1]
     async with serve(config.with_(guess_rate=0)) as s:  # 0 = off
         player = await s.new_player()
@@ -280,8 +364,7 @@ async def test_rate_limited_is_429_with_retry_after_and_takes_no_seq(config: Any
 
 
 async def test_fifo_keeps_the_pending_cap_and_the_rate_limit(config: Any) -> None:
-    async with serve(config.with_(fifo=True, lane_cap=2, guess_rate=0.05,
-                                  guess_burst=3)) as s:
+    async with serve(config.with_(fifo=True, lane_cap=2, guess_rate=0.05, guess_burst=3)) as s:
         player, other = await s.new_player(), await s.new_player("Bob")
         rnd = await s.current_round()
         body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
@@ -317,8 +400,12 @@ async def test_unknown_paths_and_methods_answer_the_error_body(served: Served) -
 
 
 async def test_pages_static_files_and_security_headers(served: Served) -> None:
-    for path, kind in (("/", "text/html"), ("/admin", "text/html"),
-                       ("/static/app.js", "javascript"), ("/static/style.css", "text/css")):
+    for path, kind in (
+        ("/", "text/html"),
+        ("/admin", "text/html"),
+        ("/static/app.js", "javascript"),
+        ("/static/style.css", "text/css"),
+    ):
         resp = await served.http.get(path)
         assert resp.status_code == 200, path
         assert kind in resp.headers["content-type"]
@@ -337,21 +424,34 @@ async def test_healthz_metrics_and_openapi(served: Served) -> None:
     player = await served.new_player()
     await _guess(served, player["token"], b"{")
     text = (await served.http.get("/metrics")).text
-    for name in ("codemojex_submissions_total", "codemojex_scores_pushed_total",
-                 "codemojex_score_latency_seconds_bucket", 'codemojex_queue_jobs{state="pending"}',
-                 "codemojex_stale_completions_refused_total", "codemojex_reclaims_total"):
+    for name in (
+        "codemojex_submissions_total",
+        "codemojex_scores_pushed_total",
+        "codemojex_score_latency_seconds_bucket",
+        'codemojex_queue_jobs{state="pending"}',
+        "codemojex_stale_completions_refused_total",
+        "codemojex_reclaims_total",
+    ):
         assert name in text, name
     assert 'codemojex_submissions_total{outcome="invalid_body"}' in text
 
     doc = (await served.http.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.1")
     for path, methods in {
-        "/api/players": {"post"}, "/api/round": {"get"}, "/api/rounds/{round_id}": {"get"},
-        "/api/guesses": {"get", "post"}, "/api/guesses/{job_id}": {"get"},
-        "/api/leaderboard": {"get"}, "/healthz": {"get"}, "/metrics": {"get"},
-        "/openapi.json": {"get"}, "/api/admin/workers": {"get", "post"},
-        "/api/admin/workers/{worker_id}/kill": {"post"}, "/api/admin/queue": {"get"},
-        "/api/admin/dead": {"get"}, "/api/admin/dead/{job_id}/retry": {"post"},
+        "/api/players": {"post"},
+        "/api/round": {"get"},
+        "/api/rounds/{round_id}": {"get"},
+        "/api/guesses": {"get", "post"},
+        "/api/guesses/{job_id}": {"get"},
+        "/api/leaderboard": {"get"},
+        "/healthz": {"get"},
+        "/metrics": {"get"},
+        "/openapi.json": {"get"},
+        "/api/admin/workers": {"get", "post"},
+        "/api/admin/workers/{worker_id}/kill": {"post"},
+        "/api/admin/queue": {"get"},
+        "/api/admin/dead": {"get"},
+        "/api/admin/dead/{job_id}/retry": {"post"},
         "/api/admin/dead/{job_id}": {"delete"},
     }.items():
         assert methods <= set(doc["paths"][path]), path
@@ -366,12 +466,16 @@ async def test_healthz_metrics_and_openapi(served: Served) -> None:
 async def test_admin_api_wants_the_admin_token(served: Served) -> None:
     player = await served.new_player()
     refused: list[dict[bytes, bytes]] = [
-        {}, {b"Authorization": f"Bearer {player['token']}".encode()},
+        {},
+        {b"Authorization": f"Bearer {player['token']}".encode()},
         {b"Authorization": f"Bearer {ADMIN_TOKEN}x".encode()},
-        {b"Authorization": ADMIN_TOKEN.encode()}, {b"Authorization": b"Bearer \xe9\xe9"}]
+        {b"Authorization": ADMIN_TOKEN.encode()},
+        {b"Authorization": b"Bearer \xe9\xe9"},
+    ]
     for headers in refused:
-        assert_error(await served.http.get("/api/admin/queue", headers=headers), 401,
-                     "unauthorized")
+        assert_error(
+            await served.http.get("/api/admin/queue", headers=headers), 401, "unauthorized"
+        )
     resp = await served.http.get("/api/admin/queue", headers=bearer(ADMIN_TOKEN))
     assert resp.status_code == 200 and "counters" in resp.json()
 
@@ -379,8 +483,9 @@ async def test_admin_api_wants_the_admin_token(served: Served) -> None:
 # -- backend down ------------------------------------------------------------------------------
 
 
-async def test_valkey_unreachable_is_503_with_retry_after_at_once(sql_url: str,
-                                                                  tmp_path: Path) -> None:
+async def test_valkey_unreachable_is_503_with_retry_after_at_once(
+    sql_url: str, tmp_path: Path
+) -> None:
     dead = make_config(f"redis://127.0.0.1:{free_port()}/0", sql_url, tmp_path)
     async with serve(dead) as s:
         for method, path, body in (
@@ -399,8 +504,9 @@ async def test_valkey_unreachable_is_503_with_retry_after_at_once(sql_url: str,
 
 
 async def test_sql_unreachable_is_503(private_valkey: EmbeddedValkey, tmp_path: Path) -> None:
-    broken = make_config(private_valkey.url, f"sqlite+aiosqlite:///{tmp_path}/no/such/dir.db",
-                         tmp_path)
+    broken = make_config(
+        private_valkey.url, f"sqlite+aiosqlite:///{tmp_path}/no/such/dir.db", tmp_path
+    )
     async with serve(broken) as s:
         for method, path, body in (
             ("POST", "/api/players", b'{"name": "Ada"}'),
@@ -413,8 +519,9 @@ async def test_sql_unreachable_is_503(private_valkey: EmbeddedValkey, tmp_path: 
             assert "Retry-After" in resp.headers
 
 
-async def test_a_hung_valkey_is_503_within_the_request_deadline(sql_url: str,
-                                                               tmp_path: Path) -> None:
+async def test_a_hung_valkey_is_503_within_the_request_deadline(
+    sql_url: str, tmp_path: Path
+) -> None:
     server = EmbeddedValkey(tmp_path / "hung", appendfsync="no")
     server.start()
     try:

@@ -52,8 +52,10 @@ async def test_a_guess_for_a_closed_round_is_409(served: Served) -> None:
     rnd = await served.current_round()
     await _until_closed(served, rnd["round_id"])
     resp = await served.http.post(
-        "/api/guesses", json={"round_id": rnd["round_id"], "guess": rnd["palette"][:4]},
-        headers=bearer(player["token"]))
+        "/api/guesses",
+        json={"round_id": rnd["round_id"], "guess": rnd["palette"][:4]},
+        headers=bearer(player["token"]),
+    )
     assert_error(resp, 409, "round_closed")
 
 
@@ -62,7 +64,8 @@ async def test_the_socket_announces_the_close_then_the_next_round(served: Served
     async with connect(served.ws_url(player["token"])) as ws:
         first = await recv_until(ws, lambda m: m["type"] == "round")
         closed = await recv_until(
-            ws, lambda m: m["type"] == "round" and m["state"] == "closed", timeout=6)
+            ws, lambda m: m["type"] == "round" and m["state"] == "closed", timeout=6
+        )
         opened = await recv_until(ws, lambda m: m["type"] == "round", timeout=3)
     # The round the socket was greeted with is the one that closes, and its successor opens
     # at that very instant (CONTRACT §1: opens_at = previous closes_at).
@@ -75,19 +78,24 @@ async def test_the_socket_announces_the_close_then_the_next_round(served: Served
 
 
 async def test_a_closed_round_shows_its_secret_and_solvers(
-        served: Served, valkey: redis.asyncio.Redis) -> None:
+    served: Served, valkey: redis.asyncio.Redis
+) -> None:
     player = await served.new_player("Quick")
     rnd = await served.current_round()
     secret = await _secret(valkey, rnd["round_id"])
-    resp = await served.http.post("/api/guesses", json={"round_id": rnd["round_id"],
-                                                        "guess": secret},
-                                  headers=bearer(player["token"]))
+    resp = await served.http.post(
+        "/api/guesses",
+        json={"round_id": rnd["round_id"], "guess": secret},
+        headers=bearer(player["token"]),
+    )
     if resp.status_code == 409:  # the round closed under us; take the next one
         rnd = await served.current_round()
         secret = await _secret(valkey, rnd["round_id"])
-        resp = await served.http.post("/api/guesses", json={"round_id": rnd["round_id"],
-                                                            "guess": secret},
-                                      headers=bearer(player["token"]))
+        resp = await served.http.post(
+            "/api/guesses",
+            json={"round_id": rnd["round_id"], "guess": secret},
+            headers=bearer(player["token"]),
+        )
     assert resp.status_code == 202, resp.text
     closed = await _until_closed(served, rnd["round_id"])
     assert closed["secret"] == secret
@@ -96,6 +104,7 @@ async def test_a_closed_round_shows_its_secret_and_solvers(
             await asyncio.sleep(0.05)
             closed = (await served.http.get(f"/api/rounds/{rnd['round_id']}")).json()
     assert closed["solvers"] == [{"player_id": player["player_id"], "name": "Quick", "seq": 0}]
-    board = (await served.http.get("/api/leaderboard",
-                                   params={"round_id": rnd["round_id"]})).json()["players"]
+    board = (
+        await served.http.get("/api/leaderboard", params={"round_id": rnd["round_id"]})
+    ).json()["players"]
     assert board[0]["player_id"] == player["player_id"] and board[0]["points"] == 110

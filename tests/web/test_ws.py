@@ -39,8 +39,9 @@ async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.
 
 
 async def _submit(s: Served, token: str, round_id: str, guess: list[str]) -> str:
-    resp = await s.http.post("/api/guesses", json={"round_id": round_id, "guess": guess},
-                             headers=bearer(token))
+    resp = await s.http.post(
+        "/api/guesses", json={"round_id": round_id, "guess": guess}, headers=bearer(token)
+    )
     assert resp.status_code == 202, resp.text
     return str(resp.json()["job_id"])
 
@@ -110,27 +111,41 @@ async def test_guesses_over_the_socket(served: Served) -> None:
 
         async def ask(frame: str) -> dict[str, Any]:
             await ws.send(frame)
-            return await recv_until(ws, lambda m: m["type"] in ("accepted", "error", "pong"),
-                                    seen=seen)
+            return await recv_until(
+                ws, lambda m: m["type"] in ("accepted", "error", "pong"), seen=seen
+            )
 
         def frame(**fields: Any) -> str:
             return orjson.dumps({"type": "guess", **fields}).decode()
 
         accepted = await ask(frame(round_id=rid, guess=ok, client_id="c_1"))
-        assert accepted == {"type": "accepted", "client_id": "c_1",
-                            "job_id": accepted["job_id"], "seq": 0}
+        assert accepted == {
+            "type": "accepted",
+            "client_id": "c_1",
+            "job_id": accepted["job_id"],
+            "seq": 0,
+        }
         # the same client_id is the idempotency key: a resend is the same job
         again = await ask(frame(round_id=rid, guess=ok, client_id="c_1"))
         assert again["job_id"] == accepted["job_id"] and again["seq"] == 0
-        assert (await ask(frame(round_id=rid, guess=ok[::-1], client_id="c_1")))["error"] == \
-            "idempotency_conflict"
+        assert (await ask(frame(round_id=rid, guess=ok[::-1], client_id="c_1")))[
+            "error"
+        ] == "idempotency_conflict"
         bad = await ask(frame(round_id=rid, guess=ok[:3], client_id="c_2"))
         assert bad["error"] == "invalid_guess" and bad["client_id"] == "c_2" and bad["detail"]
-        assert (await ask(frame(round_id="RND_01ARZ3NDEKTSV4RRFFQ69G5FAV", guess=ok,
-                                client_id="c_3")))["error"] == "not_found"
+        assert (
+            await ask(frame(round_id="RND_01ARZ3NDEKTSV4RRFFQ69G5FAV", guess=ok, client_id="c_3"))
+        )["error"] == "not_found"
         assert (await ask(frame(guess=ok, client_id="c_4")))["error"] == "invalid_body"
-        for junk in ("nope", "[]", "{}", '{"type":"hack"}', '{"type":"guess","round_id":"\\ud800"}',
-                     '{"type": "guess", "client_id": 5}', "\u0000"):
+        for junk in (
+            "nope",
+            "[]",
+            "{}",
+            '{"type":"hack"}',
+            '{"type":"guess","round_id":"\\ud800"}',
+            '{"type": "guess", "client_id": 5}',
+            "\u0000",
+        ):
             reply = await ask(junk)
             assert reply["type"] == "error" and reply["error"] == "invalid_body", junk
         assert (await ask('{"type":"ping"}'))["type"] == "pong"
@@ -152,8 +167,11 @@ async def test_a_throttled_socket_guess_gets_an_error_with_retry_after(served: S
             await _greeted(ws)
 
             async def ask(client_id: str) -> dict[str, Any]:
-                await ws.send(orjson.dumps({"type": "guess", "round_id": rid, "guess": ok,
-                                            "client_id": client_id}).decode())
+                await ws.send(
+                    orjson.dumps(
+                        {"type": "guess", "round_id": rid, "guess": ok, "client_id": client_id}
+                    ).decode()
+                )
                 return await recv_until(ws, lambda m: m["type"] in ("accepted", "error"))
 
             assert (await ask("c_1"))["seq"] == 0
@@ -183,11 +201,23 @@ async def test_nobody_else_ever_sees_a_guess(served: Served) -> None:
     assert not any(needle in f or job in f for f in frames)
     messages = [orjson.loads(f) for f in frames]
     assert not [m for m in messages if m["type"] == "score"]
-    rows = [p for m in messages if m["type"] == "progress" for p in m["players"]
-            if p["player_id"] == owner["player_id"]]
+    rows = [
+        p
+        for m in messages
+        if m["type"] == "progress"
+        for p in m["players"]
+        if p["player_id"] == owner["player_id"]
+    ]
     assert rows and rows[-1]["scored"] == 1 and rows[-1]["name"] == "Owner"
-    assert set(rows[-1]) == {"player_id", "name", "guesses", "scored", "best_exact",
-                             "best_near", "solved"}
+    assert set(rows[-1]) == {
+        "player_id",
+        "name",
+        "guesses",
+        "scored",
+        "best_exact",
+        "best_near",
+        "solved",
+    }
 
 
 async def test_resume_with_after_replays_the_missed_scores_once(served: Served) -> None:
@@ -217,7 +247,8 @@ async def test_resume_with_after_replays_the_missed_scores_once(served: Served) 
 
 
 async def test_gap_when_events_after_the_resume_point_were_trimmed(
-        served: Served, valkey: redis.asyncio.Redis) -> None:
+    served: Served, valkey: redis.asyncio.Redis
+) -> None:
     player = await served.new_player()
     rnd = await served.current_round()
     tok, rid = player["token"], rnd["round_id"]
@@ -236,7 +267,8 @@ async def test_gap_when_events_after_the_resume_point_were_trimmed(
 
 
 async def test_foreign_origins_and_bad_tokens_are_refused_before_the_upgrade(
-        served: Served) -> None:
+    served: Served,
+) -> None:
     player = await served.new_player()
     url = served.ws_url(player["token"])
     for origin in ("http://evil.example", "null", f"http://127.0.0.1:{served.port + 1}"):
@@ -255,12 +287,12 @@ async def test_foreign_origins_and_bad_tokens_are_refused_before_the_upgrade(
 
     friendly = served.config.with_(allowed_origins=("https://friend.example",))
     async with serve(friendly) as s2:
-        async with connect(s2.ws_url(player["token"]),
-                           origin=Origin("https://friend.example")) as ws:
+        async with connect(
+            s2.ws_url(player["token"]), origin=Origin("https://friend.example")
+        ) as ws:
             assert (await recv(ws))["type"] == "round"
         with pytest.raises(InvalidStatus):
-            async with connect(s2.ws_url(player["token"]),
-                               origin=Origin("https://foe.example")):
+            async with connect(s2.ws_url(player["token"]), origin=Origin("https://foe.example")):
                 pass
 
 
@@ -335,8 +367,11 @@ async def test_progress_is_coalesced(served: Served) -> None:
     rnd = await served.current_round()
     async with connect(served.ws_url(watcher["token"])) as ws:
         await _greeted(ws)
-        jobs = [await _submit(served, masher["token"], rnd["round_id"], _guess(rnd, 0, 0, 0, i))
-                for i in range(8) for _ in range(2)]
+        jobs = [
+            await _submit(served, masher["token"], rnd["round_id"], _guess(rnd, 0, 0, 0, i))
+            for i in range(8)
+            for _ in range(2)
+        ]
         for job in jobs:
             await _completed(served, masher["token"], job)
         frames = await drain(ws, 0.6)
@@ -347,8 +382,7 @@ async def test_progress_is_coalesced(served: Served) -> None:
     assert 1 <= len(progress) < 16
 
 
-async def test_a_solve_updates_the_leaderboard(served: Served,
-                                               valkey: redis.asyncio.Redis) -> None:
+async def test_a_solve_updates_the_leaderboard(served: Served, valkey: redis.asyncio.Redis) -> None:
     player = await served.new_player("Solver")
     rnd = await served.current_round()
     secret = await _secret(valkey, rnd["round_id"])
@@ -356,9 +390,13 @@ async def test_a_solve_updates_the_leaderboard(served: Served,
         await _greeted(ws)
         job = await _submit(served, player["token"], rnd["round_id"], secret)
         score = await recv_until(ws, of_type("score", job_id=job))
-        board = await recv_until(ws, lambda m: m["type"] == "leaderboard" and any(
-            p["player_id"] == player["player_id"] for p in m["players"]))
+        board = await recv_until(
+            ws,
+            lambda m: (
+                m["type"] == "leaderboard"
+                and any(p["player_id"] == player["player_id"] for p in m["players"])
+            ),
+        )
     assert score["solved"] and score["exact"] == 4 and score["points"] == 110
     row = next(p for p in board["players"] if p["player_id"] == player["player_id"])
     assert row["points"] >= 110 and row["solved_rounds"] >= 1
-

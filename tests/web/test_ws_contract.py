@@ -22,16 +22,18 @@ pytestmark = pytest.mark.usefixtures("module_worker")
 
 
 async def _submit(s: Served, token: str, round_id: str, guess: list[str]) -> str:
-    resp = await s.http.post("/api/guesses", json={"round_id": round_id, "guess": guess},
-                             headers=bearer(token))
+    resp = await s.http.post(
+        "/api/guesses", json={"round_id": round_id, "guess": guess}, headers=bearer(token)
+    )
     assert resp.status_code == 202, resp.text
     return str(resp.json()["job_id"])
 
 
 async def _scored(s: Served, token: str, job_id: str) -> None:
     async with asyncio.timeout(10):
-        while (await s.http.get(f"/api/guesses/{job_id}", headers=bearer(token))
-               ).json()["state"] != "completed":
+        while (await s.http.get(f"/api/guesses/{job_id}", headers=bearer(token))).json()[
+            "state"
+        ] != "completed":
             await asyncio.sleep(0.05)
 
 
@@ -86,8 +88,7 @@ async def test_progress_arrives_at_about_four_messages_a_second(served: Served) 
 
     async with connect(served.ws_url(watcher["token"])) as ws:
         await recv(ws), await recv(ws)
-        field = [asyncio.create_task(keep_guessing(p["token"], n))
-                 for n, p in enumerate(players)]
+        field = [asyncio.create_task(keep_guessing(p["token"], n)) for n, p in enumerate(players)]
         await asyncio.sleep(0.5)  # the field is moving
         stamps: list[float] = []
         started = time.monotonic()
