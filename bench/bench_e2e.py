@@ -90,6 +90,7 @@ def run_scenario(
         up_args += ["--prefetch", str(a.prefetch)]
     if fifo:
         up_args.append("--fifo")
+    up_args += a.up_arg
     with tempfile.TemporaryDirectory(prefix="cmx-bench-") as tmp:
         up = Up(Path(tmp) / "data", *up_args)
         try:
@@ -220,6 +221,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--only", default="abc", help="scenarios to run, e.g. ab (abc)")
+    p.add_argument(
+        "--up-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `codemojex up` flags for every scenario, e.g. --up-arg=--guess-rate=0",
+    )
     p.add_argument("--reports", metavar="DIR", help="a mash report per scenario in DIR/<key>")
     p.add_argument("--json", metavar="OUT", help="also write the figures as JSON to OUT")
     p.add_argument(
