@@ -282,6 +282,11 @@ def _guess_view(
     }
 
 
+FLOOR_CURSOR = "cmx:floor:reached_ms"  # the latest death time the durable floor has seen
+ARCHIVE_BATCH = 200
+ARCHIVE_OVERLAP_MS = 1_000
+
+
 class Admin:
     """Operator actions (admin API). Takes the Game it acts on."""
 
@@ -314,24 +319,42 @@ class Admin:
             "counters": counters,
         }
 
-    async def archive_dead(self) -> int:
-        """Copy dead jobs not yet on the durable floor into SQL; returns how many."""
-        moved = 0
-        for info in await self.queue.jobs.dead(limit=200):
-            # upsert_dead records each death once: the same attempts is a no-op, a job that
-            # died again after a retry (higher attempts) reopens its row.
-            moved += await store.upsert_dead(
-                self.game.engine,
-                job_id=info.job_id,
-                queue=self.queue.name,
-                lane=info.lane,
-                payload=_json(info.payload),
-                error=info.error,
-                reason=info.reason,
-                attempts=info.attempts,
-                died_at_ms=info.finished_at_ms or 0,
-            )
-        return moved
+    async def archive_dead(self, batch: int = ARCHIVE_BATCH) -> int:
+        """Copy every dead job not yet on the durable floor into SQL, ``batch`` at a time;
+        returns how many deaths this recorded.
+
+        A sweep starts from the death time it reached last time (kept in Valkey, shared
+        by every process), less ``ARCHIVE_OVERLAP_MS``: a job that died in the same
+        millisecond as the last one archived, after that sweep read the set, is not
+        skipped. Recording is idempotent, so the overlap costs a few no-op upserts.
+        Dead jobs stay in Valkey (an operator's retry needs their row there).
+        """
+        raw = await self.conn.get(FLOOR_CURSOR)
+        reached = int(raw) if raw is not None else 0
+        since = max(0, reached - ARCHIVE_OVERLAP_MS)
+        moved, offset = 0, 0
+        while True:
+            page = await self.queue.jobs.dead(limit=batch, since_ms=since, offset=offset)
+            for info in page:
+                # upsert_dead records each death once: the same attempts is a no-op, a job
+                # that died again after a retry (higher attempts) reopens its row.
+                moved += await store.upsert_dead(
+                    self.game.engine,
+                    job_id=info.job_id,
+                    queue=self.queue.name,
+                    lane=info.lane,
+                    payload=_json(info.payload),
+                    error=info.error,
+                    reason=info.reason,
+                    attempts=info.attempts,
+                    died_at_ms=info.finished_at_ms or 0,
+                )
+                reached = max(reached, info.finished_at_ms or 0)
+            if page:
+                await self.conn.set(FLOOR_CURSOR, reached)
+            if len(page) < batch:
+                return moved
+            offset += len(page)
 
     async def dead_jobs(self) -> list[dict[str, Any]]:
         await self.archive_dead()

@@ -210,10 +210,16 @@ class Jobs:
         if code == -2:
             raise InvalidState(f"{job_id} is not {wanted}")
 
-    async def dead(self, limit: int = 100) -> list[JobInfo]:
-        """The oldest dead jobs still held in Valkey (the durable floor keeps them all)."""
+    async def dead(self, limit: int = 100, *, since_ms: int = 0, offset: int = 0) -> list[JobInfo]:
+        """Dead jobs still held in Valkey, oldest death first: at most ``limit`` of those
+        that died at or after ``since_ms`` (server clock), skipping the first ``offset``
+        of them. Page through all of them with ``offset``."""
         checks.integer("limit", limit, at_least=1)
-        ids = await self._q.conn.zrange(self._keys.dead, 0, limit - 1)
+        checks.integer("since_ms", since_ms, at_least=0)
+        checks.integer("offset", offset, at_least=0)
+        ids = await self._q.conn.zrangebyscore(
+            self._keys.dead, since_ms, "+inf", start=offset, num=limit
+        )
         pipe = self._q.conn.pipeline(transaction=False)
         for jid in ids:
             pipe.hgetall(self._keys.job(text(jid)))
