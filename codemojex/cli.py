@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -323,14 +324,31 @@ def _raise_interrupt(_signum: int, _frame: Any) -> None:
 
 @contextlib.contextmanager
 def _exclusive(data_dir: Path) -> Iterator[None]:
-    """One ``up`` per data dir: two embedded servers on one AOF would corrupt it."""
+    """One ``up`` per data dir: two embedded servers on one AOF would corrupt it.
+
+    The data dir is private (0700): it holds the AOF (every open round's secret), the
+    SQLite file, the admin token and Valkey's password."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
     with open(data_dir / "up.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Fatal(f"another `codemojex up` is running on {data_dir}") from None
         yield
+
+
+def _secret_in(data_dir: Path, name: str) -> str:
+    """A random secret kept in ``data_dir/name`` (created once, 0600), shared by restarts."""
+    path = data_dir / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    secret = secrets.token_urlsafe(24)
+    with os.fdopen(fd, "w") as out:
+        out.write(secret + "\n")
+    return secret
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -346,6 +364,9 @@ def _up(args: argparse.Namespace) -> int:
     if config.web_processes < 1:
         raise Fatal("--web-processes must be 1 or more")
     valkey: EmbeddedValkey | None = None
+    # Everything up and its children create is the operator's alone: the AOF, the SQLite
+    # file and its journal, the admin token, Valkey's config with its password.
+    os.umask(0o077)
     with _exclusive(config.data_dir):
         try:
             if config.valkey_url:
@@ -359,6 +380,7 @@ def _up(args: argparse.Namespace) -> int:
                     config.data_dir / "valkey",
                     binary=binary,
                     appendfsync=cast(Appendfsync, config.appendfsync),
+                    requirepass=_secret_in(config.data_dir, "valkey_password"),
                 )
                 try:
                     valkey.start()

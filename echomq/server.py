@@ -212,7 +212,9 @@ class EmbeddedValkey:
     listens only on ``data_dir/valkey.sock``. ``extra_config`` lines are merged last and
     written verbatim (``{"save": "900 1"}``); an empty value is written as ``""``.
     ``maxmemory``: bytes (0 = no limit); by default ``maxmemory_share`` of the machine's
-    memory, capped at ``MAXMEMORY_CAP`` (see :func:`default_maxmemory`).
+    memory, capped at ``MAXMEMORY_CAP`` (see :func:`default_maxmemory`). ``requirepass``:
+    clients must authenticate with it (it is part of ``url``), so another local user who
+    can reach the loopback port still cannot read or write.
     """
 
     def __init__(
@@ -227,6 +229,7 @@ class EmbeddedValkey:
         extra_config: Mapping[str, str] | None = None,
         maxmemory: int | None = None,
         maxmemory_share: float = MAXMEMORY_SHARE,
+        requirepass: str | None = None,
     ) -> None:
         if appendfsync not in _APPENDFSYNC_VALUES:
             raise ValueError(
@@ -239,6 +242,9 @@ class EmbeddedValkey:
         ):
             raise ValueError(f"maxmemory must be an int >= 0 (bytes), not {maxmemory!r}")
         self.maxmemory = default_maxmemory(maxmemory_share) if maxmemory is None else maxmemory
+        if requirepass is not None and not re.fullmatch(r"[A-Za-z0-9_-]{16,256}", requirepass):
+            raise ValueError("requirepass must be 16-256 URL-safe characters")
+        self.requirepass = requirepass
         if unix_socket and port:
             raise ValueError("unix_socket=True listens on no TCP port; leave port unset")
         # Absolute: valkey chdirs into `dir`, and the url must not depend on our cwd.
@@ -262,11 +268,13 @@ class EmbeddedValkey:
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:PORT/0`` or ``unix:///…/valkey.sock``."""
+        """``redis://[:PASSWORD@]127.0.0.1:PORT/0`` or ``unix:///…/valkey.sock``."""
+        auth = f":{self.requirepass}@" if self.requirepass else ""
         if self.socket_path is not None:
-            return f"unix://{self.socket_path}"
+            query = f"?password={self.requirepass}" if self.requirepass else ""
+            return f"unix://{self.socket_path}{query}"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"redis://{host}:{self.port}/0"
+        return f"redis://{auth}{host}:{self.port}/0"
 
     def _sync_client(self) -> redis.Redis:
         # No retries: the readiness loop does its own polling, and redis-py's default retry
@@ -276,6 +284,7 @@ class EmbeddedValkey:
             "socket_timeout": 0.5,
             "socket_connect_timeout": 1.0,
             "retry": Retry(NoBackoff(), 0),
+            "password": self.requirepass,
         }
         if self.socket_path is not None:
             return redis.Redis(unix_socket_path=str(self.socket_path), **common)
@@ -310,6 +319,8 @@ class EmbeddedValkey:
             "busy-reply-threshold": "5000",
             "latency-tracking": "no",
         }
+        if self.requirepass:
+            conf["requirepass"] = self.requirepass
         for key, value in self.extra_config.items():
             conf[key.lower()] = value if value != "" else '""'
         return conf
@@ -317,7 +328,11 @@ class EmbeddedValkey:
     def _write_config(self) -> None:
         lines = ["# Written by echomq.server.EmbeddedValkey at every start; edits are lost."]
         lines += [f"{key} {value}" for key, value in self._config().items()]
-        self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        # 0600 from the start: it may hold the password.
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("\n".join(lines) + "\n")
 
     # -- lifecycle ------------------------------------------------------------------------------
 

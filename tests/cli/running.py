@@ -135,6 +135,13 @@ class Up:
                         == 200
                     ):
                         self.admin_token, self.valkey_url = token[1], valkey[1]
+                        # The banner hides the embedded server's password; it is in the
+                        # data dir, readable by its owner (us).
+                        secret = self.data_dir / "valkey_password"
+                        if ":***@" in self.valkey_url and secret.exists():
+                            self.valkey_url = self.valkey_url.replace(
+                                "***", secret.read_text().strip()
+                            )
                         self.track()
                         return self
             if time.monotonic() > deadline:
