@@ -21,7 +21,8 @@ def _mode(path: Path) -> int:
 
 
 def test_the_embedded_valkey_wants_a_password_and_the_files_are_private(
-        start_up: Callable[..., Up]) -> None:
+    start_up: Callable[..., Up],
+) -> None:
     up = start_up("--workers", "1")
     assert ":***@" in up.out_path.read_text()  # the banner shows no password
     url = up.valkey_url
@@ -39,6 +40,5 @@ def test_the_embedded_valkey_wants_a_password_and_the_files_are_private(
     for name in ("codemojex.db", "admin_token", "valkey_password", "valkey/valkey.conf"):
         assert (up.data_dir / name) in files, name
     assert any(p.parent.name == "appendonly" for p in files)
-    loose = {str(p.relative_to(up.data_dir)): oct(_mode(p)) for p in files
-             if _mode(p) & 0o077}
+    loose = {str(p.relative_to(up.data_dir)): oct(_mode(p)) for p in files if _mode(p) & 0o077}
     assert not loose, loose
