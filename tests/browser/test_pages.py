@@ -22,6 +22,9 @@ def join(page: Any, base: str, name: str) -> None:
     page.get_by_test_id("join-name").fill(name)
     page.get_by_test_id("join-submit").click()
     page.get_by_test_id("key-0").wait_for(timeout=15_000)
+    # The socket is live (greeted with the round) before anyone types: a guess typed while
+    # a cold server is still connecting waited on the reconnect and missed its 15 s.
+    page.locator('[data-testid="conn-status"][data-state="live"]').wait_for(timeout=15_000)
 
 
 def type_guess(page: Any, keys: str) -> None:

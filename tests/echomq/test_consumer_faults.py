@@ -4,6 +4,7 @@ carry, a server that answers READONLY for a while, a task that ends, a cluster c
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -136,11 +137,29 @@ async def test_a_readonly_spell_kills_no_loop(
 # -- a cluster client -------------------------------------------------------------------
 
 
+def _cluster_port() -> int:
+    """A free port a cluster node can use: its bus listens 10,000 above it, so the port
+    must be 55535 or less (the kernel's free ports often are not)."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= 55_535:
+            with socket.socket() as bus:  # and its bus port must be free too
+                try:
+                    bus.bind(("127.0.0.1", port + 10_000))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port at or below 55535 for a cluster node")
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[RedisCluster]:
     """A one-node Valkey Cluster (every slot on it) and a cluster client."""
     server = EmbeddedValkey(
         tmp_path / "valkey",
+        port=_cluster_port(),
         appendfsync="everysec",
         extra_config={"cluster-enabled": "yes", "cluster-config-file": "nodes.conf"},
     )
