@@ -246,6 +246,25 @@ def assert_error(resp: httpx.Response, status: int, code: str) -> dict[str, Any]
     return dict(body)
 
 
+async def submit(s: Served, token: str, round_id: str, guess: list[str]) -> str:
+    """``POST /api/guesses``, which must be accepted; the new guess's job id."""
+    resp = await s.http.post(
+        "/api/guesses", json={"round_id": round_id, "guess": guess}, headers=bearer(token)
+    )
+    assert resp.status_code == 202, resp.text
+    return str(resp.json()["job_id"])
+
+
+async def wait_completed(s: Served, token: str, job_id: str, timeout: float = 10.0) -> None:
+    """Wait until the job's completion (and so its event) exists."""
+    async with asyncio.timeout(timeout):
+        while True:
+            resp = await s.http.get(f"/api/guesses/{job_id}", headers=bearer(token))
+            if resp.json()["state"] == "completed":
+                return
+            await asyncio.sleep(0.05)
+
+
 async def wait_scored(s: Served, token: str, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """Poll ``GET /api/guesses/{job_id}`` until the guess has its score."""
     async with asyncio.timeout(timeout):

@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.web.conftest import Served, bearer, of_type, recv, recv_until
+from tests.web.conftest import Served, of_type, recv, recv_until, submit
 
 pytestmark = pytest.mark.usefixtures("module_worker")
 
@@ -72,13 +72,8 @@ async def test_a_resume_too_far_back_gets_a_gap_instead_of_a_long_replay(served:
     async with connect(served.ws_url(player["token"])) as ws:
         await recv(ws), await recv(ws)
         for i in range(8):
-            resp = await served.http.post(
-                "/api/guesses",
-                headers=bearer(player["token"]),
-                json={"round_id": rnd["round_id"], "guess": [pal[i], pal[0], pal[1], pal[2]]},
-            )
-            assert resp.status_code == 202, resp.text
-            score = await recv_until(ws, of_type("score", job_id=resp.json()["job_id"]))
+            job = await submit(served, player["token"], rnd["round_id"], [pal[i], *pal[:3]])
+            score = await recv_until(ws, of_type("score", job_id=job))
             seen.append(score["event_id"])
 
     async def resume(after: str) -> list[dict[str, Any]]:

@@ -18,12 +18,13 @@ from echomq.server import EmbeddedValkey
 from tests.helpers import free_port
 from tests.web.conftest import (
     Served,
-    bearer,
     drain,
     of_type,
     recv,
     recv_until,
     serve,
+    submit,
+    wait_completed,
 )
 
 pytestmark = pytest.mark.usefixtures("module_worker")
@@ -36,24 +37,6 @@ async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.
         yield conn
     finally:
         await conn.aclose()
-
-
-async def _submit(s: Served, token: str, round_id: str, guess: list[str]) -> str:
-    resp = await s.http.post(
-        "/api/guesses", json={"round_id": round_id, "guess": guess}, headers=bearer(token)
-    )
-    assert resp.status_code == 202, resp.text
-    return str(resp.json()["job_id"])
-
-
-async def _completed(s: Served, token: str, job_id: str) -> None:
-    """Wait until the job's completion (and so its event) exists."""
-    async with asyncio.timeout(10):
-        while True:
-            resp = await s.http.get(f"/api/guesses/{job_id}", headers=bearer(token))
-            if resp.json()["state"] == "completed":
-                return
-            await asyncio.sleep(0.05)
 
 
 async def _secret(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
@@ -90,7 +73,7 @@ async def test_a_score_reaches_its_owner_with_the_event_id(served: Served) -> No
     rnd = await served.current_round()
     async with connect(served.ws_url(player["token"])) as ws:
         await _greeted(ws)
-        job = await _submit(served, player["token"], rnd["round_id"], _guess(rnd, 0, 1, 2, 3))
+        job = await submit(served, player["token"], rnd["round_id"], _guess(rnd, 0, 1, 2, 3))
         score = await recv_until(ws, of_type("score"))
     assert score["job_id"] == job and score["player_id"] == player["player_id"]
     assert score["round_id"] == rnd["round_id"] and score["seq"] == 0
@@ -194,7 +177,7 @@ async def test_nobody_else_ever_sees_a_guess(served: Served) -> None:
     ):
         await _greeted(mine)
         await _greeted(theirs)
-        job = await _submit(served, owner["token"], rnd["round_id"], secret_looking)
+        job = await submit(served, owner["token"], rnd["round_id"], secret_looking)
         await recv_until(mine, of_type("score", job_id=job))
         frames = await drain(theirs, 1.0)  # long enough for the coalesced progress
     assert frames, "the other player hears the field's progress"
@@ -226,11 +209,11 @@ async def test_resume_with_after_replays_the_missed_scores_once(served: Served) 
     tok, rid = player["token"], rnd["round_id"]
     async with connect(served.ws_url(tok)) as ws:
         await _greeted(ws)
-        first = await _submit(served, tok, rid, _guess(rnd, 1, 1, 1, 1))
+        first = await submit(served, tok, rid, _guess(rnd, 1, 1, 1, 1))
         seen = (await recv_until(ws, of_type("score", job_id=first)))["event_id"]
-    missed = [await _submit(served, tok, rid, _guess(rnd, 2, 2, 2, i)) for i in range(3)]
+    missed = [await submit(served, tok, rid, _guess(rnd, 2, 2, 2, i)) for i in range(3)]
     for job in missed:
-        await _completed(served, tok, job)
+        await wait_completed(served, tok, job)
     async with connect(served.ws_url(tok, after=seen)) as ws:
         greeting = [await recv(ws), await recv(ws)]
         replay = [await recv(ws) for _ in missed]
@@ -252,9 +235,9 @@ async def test_gap_when_events_after_the_resume_point_were_trimmed(
     player = await served.new_player()
     rnd = await served.current_round()
     tok, rid = player["token"], rnd["round_id"]
-    jobs = [await _submit(served, tok, rid, _guess(rnd, 3, 3, 3, i)) for i in range(2)]
+    jobs = [await submit(served, tok, rid, _guess(rnd, 3, 3, 3, i)) for i in range(2)]
     for job in jobs:
-        await _completed(served, tok, job)
+        await wait_completed(served, tok, job)
     await valkey.xtrim("emq:{guesses}:events", maxlen=1, approximate=False)
     async with connect(served.ws_url(tok, after="1-0")) as ws:
         kinds = [(await recv(ws))["type"] for _ in range(3)]
@@ -353,8 +336,8 @@ async def test_two_web_processes_both_deliver(served: Served) -> None:
     ):
         for ws in (a1, a2, b2):
             await _greeted(ws)
-        job_a = await _submit(other, a["token"], rnd["round_id"], _guess(rnd, 5, 5, 5, 5))
-        job_b = await _submit(served, b["token"], rnd["round_id"], _guess(rnd, 6, 6, 6, 6))
+        job_a = await submit(other, a["token"], rnd["round_id"], _guess(rnd, 5, 5, 5, 5))
+        job_b = await submit(served, b["token"], rnd["round_id"], _guess(rnd, 6, 6, 6, 6))
         got_a1 = await recv_until(a1, of_type("score", job_id=job_a))
         got_a2 = await recv_until(a2, of_type("score", job_id=job_a))
         got_b2 = await recv_until(b2, of_type("score", job_id=job_b))
@@ -368,12 +351,12 @@ async def test_progress_is_coalesced(served: Served) -> None:
     async with connect(served.ws_url(watcher["token"])) as ws:
         await _greeted(ws)
         jobs = [
-            await _submit(served, masher["token"], rnd["round_id"], _guess(rnd, 0, 0, 0, i))
+            await submit(served, masher["token"], rnd["round_id"], _guess(rnd, 0, 0, 0, i))
             for i in range(8)
             for _ in range(2)
         ]
         for job in jobs:
-            await _completed(served, masher["token"], job)
+            await wait_completed(served, masher["token"], job)
         frames = await drain(ws, 0.6)
     progress = [m for m in map(orjson.loads, frames) if m["type"] == "progress"]
     mine = [p for m in progress for p in m["players"] if p["player_id"] == masher["player_id"]]
@@ -388,7 +371,7 @@ async def test_a_solve_updates_the_leaderboard(served: Served, valkey: redis.asy
     secret = await _secret(valkey, rnd["round_id"])
     async with connect(served.ws_url(player["token"])) as ws:
         await _greeted(ws)
-        job = await _submit(served, player["token"], rnd["round_id"], secret)
+        job = await submit(served, player["token"], rnd["round_id"], secret)
         score = await recv_until(ws, of_type("score", job_id=job))
         board = await recv_until(
             ws,

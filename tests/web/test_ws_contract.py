@@ -16,25 +16,9 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.web.conftest import Served, bearer, of_type, recv, recv_until
+from tests.web.conftest import Served, of_type, recv, recv_until, submit, wait_completed
 
 pytestmark = pytest.mark.usefixtures("module_worker")
-
-
-async def _submit(s: Served, token: str, round_id: str, guess: list[str]) -> str:
-    resp = await s.http.post(
-        "/api/guesses", json={"round_id": round_id, "guess": guess}, headers=bearer(token)
-    )
-    assert resp.status_code == 202, resp.text
-    return str(resp.json()["job_id"])
-
-
-async def _scored(s: Served, token: str, job_id: str) -> None:
-    async with asyncio.timeout(10):
-        while (await s.http.get(f"/api/guesses/{job_id}", headers=bearer(token))).json()[
-            "state"
-        ] != "completed":
-            await asyncio.sleep(0.05)
 
 
 async def test_a_resume_replays_only_the_players_own_scores(served: Served) -> None:
@@ -44,16 +28,16 @@ async def test_a_resume_replays_only_the_players_own_scores(served: Served) -> N
     theirs_guess = [pal[7], pal[6], pal[7], pal[6]]  # never one of mine below
     async with connect(served.ws_url(me["token"])) as ws:
         await recv(ws), await recv(ws)
-        first = await _submit(served, me["token"], rid, [pal[0]] * 4)
+        first = await submit(served, me["token"], rid, [pal[0]] * 4)
         resume_at = (await recv_until(ws, of_type("score", job_id=first)))["event_id"]
     # Interleaved in the stream after the resume point: mine and theirs, one by one.
     mine: list[str] = []
     theirs: list[str] = []
     for i in range(3):
-        mine.append(await _submit(served, me["token"], rid, [pal[1], pal[2], pal[3], pal[i]]))
-        await _scored(served, me["token"], mine[-1])
-        theirs.append(await _submit(served, other["token"], rid, theirs_guess))
-        await _scored(served, other["token"], theirs[-1])
+        mine.append(await submit(served, me["token"], rid, [pal[1], pal[2], pal[3], pal[i]]))
+        await wait_completed(served, me["token"], mine[-1])
+        theirs.append(await submit(served, other["token"], rid, theirs_guess))
+        await wait_completed(served, other["token"], theirs[-1])
     async with connect(served.ws_url(me["token"], after=resume_at)) as ws:
         frames = []
         try:
@@ -82,7 +66,7 @@ async def test_progress_arrives_at_about_four_messages_a_second(served: Served) 
         end = time.monotonic() + window_s + 0.5
         i = offset
         while time.monotonic() < end:
-            await _submit(served, token, rid, [pal[i % 8], pal[(i + 1) % 8], pal[0], pal[1]])
+            await submit(served, token, rid, [pal[i % 8], pal[(i + 1) % 8], pal[0], pal[1]])
             i += 1
             await asyncio.sleep(0.1)
 
