@@ -7,11 +7,10 @@ enqueue script itself (one round trip per guess), not here.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from codemojex.errors import RateLimited
+from codemojex.errors import RateLimited, retry_after_s
 
 __all__ = ["TokenBuckets"]
 
@@ -41,6 +40,4 @@ class TokenBuckets:
             keys=[self.key(subject)], args=[self.rate_per_s, self.burst]
         )
         if not int(taken):
-            raise RateLimited(
-                retry_after_s=max(1, math.ceil(int(retry_ms) / 1000)), detail=self.detail
-            )
+            raise RateLimited(retry_after_s(int(retry_ms)), self.detail)

@@ -12,6 +12,7 @@ client input (which may be huge or not encodable), only describes what was wrong
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RoundNotFound",
     "Unauthorized",
     "Unavailable",
+    "retry_after_s",
 ]
 
 
@@ -143,6 +145,11 @@ class LaneFull(_RetryAfter):
 
     def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
         super().__init__(detail, retry_after_s=retry_after_s)
+
+
+def retry_after_s(wait_ms: int) -> int:
+    """A wait in milliseconds as ``Retry-After``: whole seconds, rounded up, at least 1."""
+    return max(1, math.ceil(wait_ms / 1000))
 
 
 class RateLimited(_RetryAfter):

@@ -11,7 +11,6 @@ number, no token and leaves no key behind.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 
 import orjson
@@ -24,6 +23,7 @@ from codemojex.errors import (
     RateLimited,
     RoundClosed,
     RoundNotFound,
+    retry_after_s,
 )
 from codemojex.rounds import Rounds
 from codemojex.rules import validate_guess
@@ -98,7 +98,7 @@ class Guesses:
         except echomq.DeadlinePassed:
             raise RoundClosed(f"round {round_id} is closed") from None
         except echomq.RateLimited as exc:
-            wait_s = max(1, math.ceil(exc.retry_after_ms / 1000))
+            wait_s = retry_after_s(exc.retry_after_ms)
             raise RateLimited(
                 retry_after_s=wait_s,
                 detail=(

@@ -148,6 +148,10 @@ class Up:
                 raise AssertionError(f"up was not ready within {timeout} s\n{self.logs()}")
             time.sleep(0.1)
 
+    def web_pids(self) -> list[int]:
+        """The live ``codemojex web`` processes of this ``up``."""
+        return sorted(p for p in self.track() if re.search(r"codemojex web\b", cmdline(p)))
+
     def track(self) -> set[int]:
         """Every live descendant now; each one is remembered for the orphan check."""
         if self.proc is None:

@@ -13,7 +13,6 @@ test server's.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def _web_pid(up: Up) -> int:
-    pids = [p for p in up.track() if re.search(r"codemojex web\b", cmdline(p))]
+    pids = up.web_pids()
     assert len(pids) == 1, {p: cmdline(p) for p in up.track()}
     return pids[0]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -19,13 +18,9 @@ import orjson
 import pytest
 import websockets
 
-from tests.cli.running import Up, cmdline, wait_until
+from tests.cli.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def _web_pids(up: Up) -> list[int]:
-    return sorted(p for p in up.track() if re.search(r"codemojex web\b", cmdline(p)))
 
 
 def _sockets(pid: int) -> int:
@@ -42,7 +37,7 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
     start_up: Callable[..., Up],
 ) -> None:
     up = start_up("--workers", "1", "--web-processes", "2")
-    webs = _web_pids(up)
+    webs = up.web_pids()
     assert len(webs) == 2, webs
     http = httpx.Client(base_url=up.base, timeout=5, trust_env=False)
     players = []
@@ -102,14 +97,14 @@ def test_two_web_processes_share_the_port_and_cover_for_each_other(
     # survivor, and a new process takes its place.
     http.close()
     os.kill(webs[0], signal.SIGKILL)
-    wait_until(lambda: webs[0] not in _web_pids(up), 5, "the killed web process to go")
+    wait_until(lambda: webs[0] not in up.web_pids(), 5, "the killed web process to go")
     for _ in range(20):
         fresh = httpx.get(
             f"{up.base}/healthz", timeout=5, trust_env=False, headers={"Connection": "close"}
         )
         assert fresh.status_code == 200
     wait_until(
-        lambda: len(_web_pids(up)) == 2 and webs[0] not in _web_pids(up),
+        lambda: len(up.web_pids()) == 2 and webs[0] not in up.web_pids(),
         20,
         "the supervisor to start a second web process again",
         logs=up.logs,
