@@ -128,12 +128,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="guesses leased ahead of free handlers per worker process (0)",
     )
 
+    metrics = argparse.ArgumentParser(add_help=False)
+    metrics.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve a worker's /metrics on this port; under `up` its workers take this port "
+        "and the next ones, one each (0 = off; CODEMOJEX_METRICS_PORT)",
+    )
+    metrics.add_argument(
+        "--metrics-host",
+        default=None,
+        help="address a worker's /metrics listens on (127.0.0.1; CODEMOJEX_METRICS_HOST)",
+    )
+
     serving = argparse.ArgumentParser(add_help=False)
     serving.add_argument("--host", default=None, help="address to listen on (127.0.0.1)")
     serving.add_argument("--port", type=int, default=None, help="HTTP port (8000)")
 
     up = sub.add_parser(
-        "up", parents=[common, game, scoring, serving], help="the whole game on one machine"
+        "up",
+        parents=[common, game, scoring, serving, metrics],
+        help="the whole game on one machine",
     )
     up.add_argument("--workers", type=int, default=None, help="ScoreWorker processes (2)")
     up.add_argument(
@@ -154,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--access-log", action="store_true", help="log every request")
     web.set_defaults(run=_web)
 
-    worker = sub.add_parser("worker", parents=[common, game, scoring], help="one ScoreWorker")
+    worker = sub.add_parser(
+        "worker", parents=[common, game, scoring, metrics], help="one ScoreWorker"
+    )
     worker.add_argument(
         "--worker-id", default=None, help="WRK_… id (default: $CODEMOJEX_WORKER_ID, else a new one)"
     )
@@ -199,6 +217,8 @@ def _config(args: argparse.Namespace) -> Config:
         raise Fatal("--concurrency must be 1 or more and --prefetch 0 or more")
     if not 0 <= config.guess_rate < math.inf or (config.guess_rate and config.guess_burst < 1):
         raise Fatal("--guess-rate must be 0 (off) or more, and --guess-burst 1 or more")
+    if not 0 <= config.metrics_port <= 65535:
+        raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
     return config
 
 
@@ -459,6 +479,7 @@ def _supervise(
         workers=config.workers,
         web_argv=[*me, "web", "--host", config.host, "--port", str(config.port), *shared],
         web_processes=config.web_processes,
+        worker_metrics_port=config.metrics_port,
         health_url=f"{base}/healthz",
         on_ready=lambda sup: _banner(config, base, sup.supervisor_id, valkey is not None),
         embedded=valkey,

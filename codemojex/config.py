@@ -67,6 +67,10 @@ class Config:
     # A worker touches this file every couple of seconds while its event loop runs and
     # Valkey answers it; a container health check reads the file's age (compose.yaml).
     health_file: str | None = None
+    # A worker's own /metrics (0 = off); under `up` its workers take consecutive ports from
+    # here. The web process serves /metrics on its HTTP port and ignores both.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -81,6 +81,7 @@ class Child:
     role: str  # "web" | "worker"
     proc: subprocess.Popen[bytes]
     worker_id: str | None = None
+    metrics_port: int | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -93,7 +94,8 @@ class Supervisor:
     """Runs the web server and the workers of one machine until :meth:`stop`.
 
     ``worker_argv``/``web_argv`` are full command lines; each worker also gets its id in
-    ``CODEMOJEX_WORKER_ID``. ``health_url`` is polled at start; ``on_ready`` runs once it
+    ``CODEMOJEX_WORKER_ID`` and, with ``worker_metrics_port``, its own metrics port in
+    ``CODEMOJEX_METRICS_PORT``. ``health_url`` is polled at start; ``on_ready`` runs once it
     answers 200 (the banner). ``web_argv=None`` runs workers only; ``web_processes`` web
     children share one port (``SO_REUSEPORT``, set up by ``codemojex web`` itself).
     """
@@ -107,6 +109,7 @@ class Supervisor:
         workers: int,
         web_argv: Sequence[str] | None = None,
         web_processes: int = 1,
+        worker_metrics_port: int = 0,
         health_url: str | None = None,
         on_ready: Callable[[Supervisor], None] | None = None,
         embedded: EmbeddedValkey | None = None,
@@ -119,6 +122,7 @@ class Supervisor:
         self.worker_argv = list(worker_argv)
         self.web_argv = list(web_argv) if web_argv is not None else None
         self.web_processes = web_processes
+        self.worker_metrics_port = worker_metrics_port
         self.initial_workers = workers
         self.health_url = health_url
         self.on_ready = on_ready
@@ -192,11 +196,27 @@ class Supervisor:
         self.children.append(child)
         log.info("started %s", child.name)
 
+    def _free_metrics_port(self) -> int | None:
+        """The lowest of ``worker_metrics_port``, +1, … that no living worker serves on: a
+        replacement takes the port of the worker it replaces, so N workers stay on N ports."""
+        if not self.worker_metrics_port:
+            return None
+        taken = {c.metrics_port for c in self.workers()}
+        port = self.worker_metrics_port
+        while port in taken:
+            port += 1
+        return port
+
     def _start_worker(self, worker_id: str) -> None:
+        env = {**self.env, "CODEMOJEX_WORKER_ID": worker_id}
+        metrics_port = self._free_metrics_port()
+        if metrics_port is not None:
+            env["CODEMOJEX_METRICS_PORT"] = str(metrics_port)
         child = Child(
             "worker",
-            spawn(self.worker_argv, {**self.env, "CODEMOJEX_WORKER_ID": worker_id}),
+            spawn(self.worker_argv, env),
             worker_id=worker_id,
+            metrics_port=metrics_port,
         )
         self.children.append(child)
         log.info("started %s", child.name, extra={"worker_id": worker_id})

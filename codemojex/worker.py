@@ -20,6 +20,7 @@ import echomq
 from codemojex import control, crashpoints
 from codemojex.config import Config
 from codemojex.game import Admin, Game
+from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
 
 log = logging.getLogger("codemojex.worker")
@@ -117,9 +118,10 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     if crashpoints.armed("mid_extend"):
         _arm_mid_extend(game.queue)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
+    meters = WorkerMetrics(worker_id)
     guesses = echomq.Consumer(
         game.queue,
-        scorer.handle,
+        meters.timed(scorer.handle),
         lease_ms=config.lease_ms,
         concurrency=config.concurrency,
         prefetch=config.prefetch,
@@ -139,6 +141,9 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         reap_interval_ms=config.reap_interval_ms,
     )
     assert config.valkey_url
+    meters.watch(guesses, scorer)
+    if config.metrics_port:
+        meters.serve(config.metrics_port, config.metrics_host)
     tasks: list[asyncio.Task[None]] = []
     try:
         await _until_ready(game)
@@ -170,3 +175,4 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         await scorer.close()  # scores in flight commit before the engine goes
         await game.close()
+        meters.close()
