@@ -37,7 +37,7 @@ from web.errors import (
     on_http_error,
 )
 from web.hub import Hub
-from web.metrics import CONTENT_TYPE, Metrics
+from web.metrics import Metrics, RouteMetrics
 from web.openapi import openapi_document
 from web.responses import JSONResponse
 from web.services import Services, services_of
@@ -62,10 +62,13 @@ async def metrics(request: Request) -> Response:
     try:
         async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
             snapshot = await Admin(services.game).queue_view()
+            queue = services.game.queue
+            snapshot["workers_alive"] = await queue.conn.zcard(queue.keys.workers)
     except BACKEND_ERRORS as exc:
         # The process's own metrics are still worth a scrape; codemojex_queue_up says 0.
         log.warning("metrics: queue unavailable: %s: %s", type(exc).__name__, exc)
-    return Response(services.metrics.render(snapshot), media_type=CONTENT_TYPE)
+    body, content_type = services.metrics.render(snapshot, request.headers.get("accept", ""))
+    return Response(body, headers={"Content-Type": content_type})
 
 
 _OPENAPI = openapi_document()
@@ -78,11 +81,11 @@ async def openapi(_request: Request) -> Response:
 def create_app(config: Config) -> Starlette:
     """The web app for ``config``; nothing connects until the lifespan starts."""
     admin_token = config.resolve_admin_token()
+    meters = Metrics()  # before the lifespan: the request middleware counts into it
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         game = Game.connect(config)
-        meters = Metrics()
         hub = Hub(game, meters)
         hub.start()
         app.state.services = Services(config, game, hub, meters, admin_token)
@@ -109,7 +112,7 @@ def create_app(config: Config) -> Starlette:
     }
     return Starlette(
         routes=routes,
-        middleware=[Middleware(Edge)],
+        middleware=[Middleware(RouteMetrics, metrics=meters), Middleware(Edge)],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

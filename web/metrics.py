@@ -1,25 +1,38 @@
 """Prometheus metrics of one web process, in a registry of its own (so two apps in one
 process — as in the tests — never collide in the global registry).
 
-Process-local: submissions by outcome, scores pushed to sockets, the acceptance-to-score
-latency (measured once per score event, not per socket). Queue-wide, read from Valkey on
-each scrape: queue depths, stale completions refused, reclaims — the same numbers the
-admin page shows, so every web process reports the whole queue.
+Process-local: requests by route template (never the raw path: label values stay
+bounded), method and status, with a latency histogram per route; submissions by outcome,
+scores pushed to sockets, the acceptance-to-score latency (measured once per score event,
+not per socket); the process, GC and platform collectors. Queue-wide, read from Valkey on
+each scrape: queue depths, lanes, stale completions refused, reclaims, dead jobs, workers
+alive — the same numbers the admin page shows, so every web process reports the whole
+queue (aggregate them with ``max``, not ``sum``). Workers serve their own metrics
+(:mod:`codemojex.metrics`). The exposition format follows the scraper's ``Accept`` header
+(prometheus-client's ``choose_encoder``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+from codemojex.metrics import LATENCY_BUCKETS, standard_collectors
 
 # Scoring normally takes milliseconds; a reclaimed job (killed worker) takes the lease.
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120)
+_LATENCY_BUCKETS = LATENCY_BUCKETS
+# A request's whole life is bounded by the edge's 5 s deadline.
+_HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Anything else a client sends as a method is one label value, not one each.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "<unmatched>"
 
 
 class QueueCollector(Collector):
@@ -48,6 +61,12 @@ class QueueCollector(Collector):
         lanes = GaugeMetricFamily("codemojex_queue_lanes", "Non-empty lanes (players waiting)")
         lanes.add_metric([], len(s.get("lanes", [])))
         yield lanes
+        if "workers_alive" in s:
+            alive = GaugeMetricFamily(
+                "codemojex_workers_alive", "ScoreWorkers in the registry (heartbeat not lapsed)"
+            )
+            alive.add_metric([], s["workers_alive"])
+            yield alive
         c = s.get("counters", {})
         for name, key, text in (
             (
@@ -68,6 +87,20 @@ class QueueCollector(Collector):
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        standard_collectors(self.registry)
+        self.requests = Counter(
+            "codemojex_http_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "codemojex_http_request_duration_seconds",
+            "HTTP request latency by route template and method, first byte in to last out",
+            ["route", "method"],
+            buckets=_HTTP_BUCKETS,
+            registry=self.registry,
+        )
         self.submissions = Counter(
             "codemojex_submissions",
             "Guess submissions by outcome (accepted, replayed or the error code)",
@@ -91,6 +124,54 @@ class Metrics:
         self.queue = QueueCollector()
         self.registry.register(self.queue)
 
-    def render(self, snapshot: dict[str, Any] | None) -> bytes:
+    def render(self, snapshot: dict[str, Any] | None, accept: str = "") -> tuple[bytes, str]:
+        """The exposition (in the format ``accept`` asks for) and its content type."""
         self.queue.snapshot = snapshot
-        return generate_latest(self.registry)
+        encode, content_type = choose_encoder(accept)
+        return encode(self.registry), content_type
+
+
+class RouteMetrics:
+    """ASGI middleware: counts and times every HTTP request under its route's template.
+
+    The router writes the matched route into the scope (``scope["route"]``), which this
+    reads after the app answered, so ``/api/guesses/JOB_…`` counts as
+    ``/api/guesses/{job_id}`` and an unknown path as ``<unmatched>``. Per request: two
+    clock reads, one dict lookup of cached label children, one increment, one observation
+    (the label children are looked up once per distinct (route, method, status)).
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what a client sees if the app dies before it answers
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or UNMATCHED
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            key = (template, method, status)
+            children = self._children.get(key)
+            if children is None:
+                children = self._children[key] = (
+                    self.metrics.requests.labels(template, method, str(status)),
+                    self.metrics.request_seconds.labels(template, method),
+                )
+            children[0].inc()
+            children[1].observe(elapsed)
