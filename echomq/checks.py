@@ -7,7 +7,13 @@ be stored as ``"1.0"``, which ``HINCRBY`` refuses half-way through a claim.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+# A job's headers ride on its row and come back with every claim: small on purpose (a
+# W3C traceparent is 55 bytes, a tracestate at most 512 by its own spec).
+MAX_HEADERS = 16
+MAX_HEADERS_BYTES = 4096
 
 
 def integer(name: str, value: Any, *, at_least: int | None = None) -> int:
@@ -53,3 +59,32 @@ def bytes_(what: str, value: Any) -> bytes:
     if not isinstance(value, bytes):
         raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
     return value
+
+
+def headers(value: Any) -> dict[str, str] | None:
+    """Job headers: None, or a mapping of non-empty ``str`` keys to ``str`` values, at most
+    :data:`MAX_HEADERS` of them and :data:`MAX_HEADERS_BYTES` of UTF-8 in all. An empty
+    mapping is None: nothing is stored."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"headers must be a mapping of str to str, got {type(value).__name__}")
+    if len(value) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers, got {len(value)}")
+    out: dict[str, str] = {}
+    size = 0
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TypeError(
+                f"headers must map str to str, got {type(key).__name__} -> {type(item).__name__}"
+            )
+        if not key:
+            raise ValueError("a header name must not be empty")
+        try:
+            size += len(key.encode()) + len(item.encode())
+        except UnicodeEncodeError:
+            raise ValueError("headers must be valid Unicode text (no lone surrogates)") from None
+        out[key] = item
+    if size > MAX_HEADERS_BYTES:
+        raise ValueError(f"headers hold {size} bytes, at most {MAX_HEADERS_BYTES}")
+    return out or None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import checks
@@ -32,6 +32,13 @@ def encode_result(result: Any) -> bytes:
     return b"" if result is None else dumps(result)
 
 
+def encode_headers(headers: Mapping[str, str] | None) -> bytes:
+    """Checked headers as the enqueue scripts store them; ``b""`` (no field written) for
+    None or an empty mapping."""
+    checked = checks.headers(headers)
+    return dumps(checked) if checked else b""
+
+
 def check_claim(worker_id: str, lease_ms: int, count: int) -> None:
     checks.name("worker_id", worker_id)
     checks.integer("lease_ms", lease_ms, at_least=1)
@@ -52,22 +59,26 @@ class Jobs:
         max_attempts: int = 5,
         delay_ms: int = 0,
         attempts: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """Append to the plain queue (or schedule after ``delay_ms`` on the server clock).
         An id that already exists is a no-op returning that id. ``attempts`` seeds the
         fencing token, for a job revived from the durable floor (it never decreases).
+        ``headers`` (str -> str, a trace context say) travel beside the payload and come
+        back as ``Claim.headers``; see :func:`echomq.checks.headers` for the bounds.
         Wrong types raise ``TypeError``, values out of range ``ValueError``, before
         anything is sent."""
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
         checks.integer("delay_ms", delay_ms, at_least=0)
         checks.integer("attempts", attempts, at_least=0)
+        encoded_headers = encode_headers(headers)
         body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
         reply = await self._run(
             SCRIPTS["enqueue"],
             [self._keys.prefix, self._keys.job(jid)],
-            [jid, body, max_attempts, delay_ms, attempts],
+            [jid, body, max_attempts, delay_ms, attempts, encoded_headers],
         )
         return text(reply[1])
 

@@ -18,13 +18,14 @@ first"); tests in ``tests/echomq/test_fair_order.py`` and ``tests/load/test_fair
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import checks
 from .codec import dumps, text
 from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
 from .ids import job_id as mint_job_id
-from .jobs import check_claim, decode_batch
+from .jobs import check_claim, decode_batch, encode_headers
 from .scripts import SCRIPTS
 from .types import Claim, ClaimBatch, Enqueued
 
@@ -63,13 +64,22 @@ class Lanes:
         self._keys = queue.keys
 
     async def enqueue(
-        self, lane: str, payload: Any, *, job_id: str | None = None, max_attempts: int = 5
+        self,
+        lane: str,
+        payload: Any,
+        *,
+        job_id: str | None = None,
+        max_attempts: int = 5,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
-        """Append to ``lane``; an id that already exists is a no-op returning that id."""
+        """Append to ``lane``; an id that already exists is a no-op returning that id.
+        ``headers``: as for :meth:`submit`."""
         checks.name("lane", lane)
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
-        receipt = await self.submit(lane, payload, job_id=job_id, max_attempts=max_attempts)
+        receipt = await self.submit(
+            lane, payload, job_id=job_id, max_attempts=max_attempts, headers=headers
+        )
         return receipt.job_id
 
     async def submit(
@@ -88,6 +98,7 @@ class Lanes:
         rate_subject: str | None = None,
         rate_per_s: float = 0,
         rate_burst: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
         """Enqueue with admission checks, all in the one script that enqueues (one round
         trip), in this order and all before its first write, so a refused call changes
@@ -108,6 +119,11 @@ class Lanes:
 
         ``seq_scope``: number the job 0, 1, 2 … within (lane, scope), fixed atomically with
         the enqueue, so refused or replayed submissions take no number.
+
+        ``headers``: str -> str kept beside the payload (a trace context, say: the job's
+        ``traceparent``) and handed back as ``Claim.headers``; bounded by
+        :func:`echomq.checks.headers`. None or empty: no field is written. A replay keeps
+        the original job's headers.
         """
         if not lane:
             raise ValueError("lane must be a non-empty string")
@@ -137,6 +153,7 @@ class Lanes:
                 raise ValueError("a rate limit needs a non-empty rate_subject")
             if rate_burst < 1:
                 raise ValueError("rate_burst must be >= 1 when rate_per_s > 0")
+        encoded_headers = encode_headers(headers)
         jid = job_id or mint_job_id()
         reply = await self._q.runner.run(
             SCRIPTS["lane_enqueue"],
@@ -163,6 +180,7 @@ class Lanes:
                 dedup_ttl_ms,
                 repr(rate) if rate else 0,
                 rate_burst if rate else 0,
+                encoded_headers,
             ],
         )
         code = int(reply[0])

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from .codec import loads, number, text
 
 State = Literal["pending", "active", "scheduled", "completed", "dead"]
 FailOutcome = Literal["scheduled", "dead", "stale"]
+
+# The headers of a job enqueued without any: one shared, read-only empty mapping, so a
+# claim without headers costs no allocation.
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def decode_headers(raw: bytes | str | None) -> Mapping[str, str]:
+    """A job row's ``headers`` field (a JSON object, absent when none were given)."""
+    if not raw:
+        return NO_HEADERS
+    value = loads(raw)
+    if not isinstance(value, dict):
+        return NO_HEADERS  # a hand-edited row: no headers rather than a failed claim
+    return {str(k): str(v) for k, v in value.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +42,9 @@ class Claim:
     # Earlier deliveries whose holder was presumed dead (lease expired, heartbeat lapsed):
     # a job with stalls may be one that kills its worker.
     stalls: int = 0
+    # What the producer attached besides the payload (``enqueue(..., headers=...)``), a
+    # trace context say; the empty mapping when nothing was attached.
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @classmethod
     def from_reply(cls, row: list[Any]) -> Claim:
@@ -40,6 +59,7 @@ class Claim:
             seq=int(seq) if seq else None,
             enqueued_at_ms=number(row[6]),
             stalls=number(row[7]),
+            headers=decode_headers(row[8]) if len(row) > 8 else NO_HEADERS,
         )
 
 
@@ -78,6 +98,7 @@ class JobInfo:
     enqueued_at_ms: int = 0
     worker_id: str | None = None
     finished_at_ms: int | None = None
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @classmethod
     def from_hash(cls, row: dict[Any, Any]) -> JobInfo:
@@ -102,6 +123,7 @@ class JobInfo:
             enqueued_at_ms=number(g("enq")),
             worker_id=g("worker") or None,
             finished_at_ms=int(done) if done else None,
+            headers=decode_headers(g("headers")),
         )
 
 

@@ -7,7 +7,7 @@
   ARGV[3]  count           at most this many jobs
   ARGV[4]  promote_limit   due scheduled jobs moved back before popping
 
-  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls}...}
+  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls, headers}...}
   Events   none
 ]]
 --@include common

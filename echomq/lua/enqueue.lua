@@ -8,6 +8,8 @@
   ARGV[3]  max_attempts     deliveries allowed (failures + lease expiries)
   ARGV[4]  delay_ms         0 = pending now; > 0 = scheduled, due at server now + delay
   ARGV[5]  attempts         initial fencing token (0, or carried over from a revived job)
+  ARGV[6]  headers          opaque string (a JSON object of str -> str, e.g. a traceparent)
+                            kept on the row as `headers`; '' (or absent) = none: no field written
 
   Returns  {1, id} created | {0, id} an existing id: nothing changed
   Events   none (events report outcomes, not arrivals)
@@ -24,6 +26,9 @@ local now = server_now()
 local delay = tonumber(ARGV[4])
 redis.call('HSET', jk, 'id', id, 'lane', '', 'payload', ARGV[2], 'max', ARGV[3],
   'attempts', ARGV[5], 'failures', 0, 'stalls', 0, 'enq', now)
+if (ARGV[6] or '') ~= '' then
+  redis.call('HSET', jk, 'headers', ARGV[6])
+end
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
 if delay > 0 then
   redis.call('HSET', jk, 'state', 'scheduled', 'due', now + delay)

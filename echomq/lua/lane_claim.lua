@@ -21,7 +21,7 @@
   ARGV[3]  count
   ARGV[4]  promote_limit
 
-  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls}...}
+  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls, headers}...}
   Events   none
 ]]
 --@include common

@@ -34,6 +34,8 @@
   ARGV[12] dedup ttl_ms     lifetime of the dedup binding
   ARGV[13] rate             tokens per second (decimal); 0 = no rate limit
   ARGV[14] burst            bucket size (whole tokens, >= 1 when rate > 0)
+  ARGV[15] headers          opaque string (a JSON object of str -> str, e.g. a traceparent)
+                            kept on the row as `headers`; '' (or absent) = none: no field written
 
   Returns  {1, id, seq}     created (seq = -1 without use_seq)
            {0, id, seq}     the id exists, or the dedup key is bound with the same
@@ -105,6 +107,9 @@ redis.call('HSET', jk, 'id', id, 'lane', lane, 'payload', ARGV[3], 'max', ARGV[4
   'attempts', ARGV[9], 'failures', 0, 'stalls', 0, 'enq', now, 'state', 'pending')
 if seq >= 0 then
   redis.call('HSET', jk, 'seq', seq)
+end
+if (ARGV[15] or '') ~= '' then
+  redis.call('HSET', jk, 'headers', ARGV[15])
 end
 if subject ~= lane then
   redis.call('HSET', jk, 'load', subject)

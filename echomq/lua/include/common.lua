@@ -134,7 +134,7 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 
 -- Lease popped jobs to `worker`: bump each one's fencing token and record the deadline;
 -- the active set and the worker's job set take the whole batch in one command each.
--- Returns the claim tuples the client decodes.
+-- Returns the claim tuples the client decodes (the job's `headers` last, '' = none).
 --
 -- Every popped job is checked before the first write to any of them: Lua does not roll
 -- back, so one row whose `attempts` HINCRBY refuses would stop the script half-way, with
@@ -165,9 +165,9 @@ local function lease_all(ids, worker, now, lease_ms)
     local jk = job_key(id)
     local token = redis.call('HINCRBY', jk, 'attempts', 1)
     redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
-    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq', 'stalls')
+    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq', 'stalls', 'headers')
     out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0',
-              row[5] or '0'}
+              row[5] or '0', row[6] or ''}
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
