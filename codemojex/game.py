@@ -32,6 +32,8 @@ log = logging.getLogger("codemojex.game")
 # away, so a hit can never be stale; only hits are kept (a wrong token costs a query, and
 # guessing tokens fills nothing). Bounded: the least recently used entries leave first.
 AUTH_CACHE_SIZE = 100_000
+# A player's unscored guesses listed at most (the pending cap keeps them far fewer).
+UNFINISHED_LISTED = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +134,16 @@ class Game:
         return await self.guesses.submit(player_id, round_id, guess, idempotency_key)
 
     async def guess_view(self, player_id: str, job_id: str) -> dict[str, Any]:
-        """One of the player's own guesses, with EchoMQ's state and the score if any."""
-        info = await self.queue.jobs.get(job_id)
+        """One of the player's own guesses, with EchoMQ's state and the score if any.
+
+        SQL is read before Valkey: a score is committed before its job completes, so a
+        score read first goes with a state at least as late as its claim (never a pending
+        job shown with its score), and a job read as completed after no score was found
+        has its score committed by then: read again."""
         score = await store.score_by_job(self.engine, job_id)
+        info = await self.queue.jobs.get(job_id)
+        if score is None and info is not None and info.state == "completed":
+            score = await store.score_by_job(self.engine, job_id)
         if info is None and score is None:
             raise JobNotFound("no such guess")
         owner = score.player_id if score else info.payload.get("player_id")  # type: ignore[union-attr]
@@ -143,29 +152,32 @@ class Game:
         return _guess_view(job_id, info, score)
 
     async def guesses_of(self, player_id: str, round_id: str) -> list[dict[str, Any]]:
-        """The player's guesses in a round: scored ones from SQL, pending ones from Valkey."""
-        scores = {s.job_id: s for s in await store.scores_for(self.engine, player_id, round_id)}
-        pending = await self._pending_of(player_id, round_id)
-        out = [_guess_view(s.job_id, pending.pop(s.job_id, None), s) for s in scores.values()]
-        out += [_guess_view(jid, info, None) for jid, info in pending.items()]
+        """The player's guesses in a round: scored ones from SQL, unscored ones from Valkey.
+
+        Valkey is read first: a job unfinished then and scored since is found in SQL
+        after (its score wins); read the other way round, it could be in neither."""
+        unfinished = await self._unfinished_of(player_id, round_id)
+        scores = await store.scores_for(self.engine, player_id, round_id)
+        out = []
+        for s in scores:
+            # Read before the score, a job still active goes with it (completing now);
+            # one read as pending or scheduled was scored since, so that state is stale.
+            info = unfinished.pop(s.job_id, None)
+            out.append(_guess_view(s.job_id, info if info and info.state == "active" else None, s))
+        out += [_guess_view(jid, info, None) for jid, info in unfinished.items()]
         return sorted(out, key=lambda g: g["seq"])
 
-    async def _pending_of(self, player_id: str, round_id: str) -> dict[str, echomq.JobInfo]:
-        lane = "fifo" if self.config.fifo else player_id
-        ids = await _members(self.conn, self.queue.keys.lane(lane))
-        # active / scheduled ones of this player are found through the active + scheduled sets
-        for key in (self.queue.keys.active, self.queue.keys.scheduled):
-            ids += await _members(self.conn, key)
-        out: dict[str, echomq.JobInfo] = {}
-        for jid in ids:
-            info = await self.queue.jobs.get(jid)
-            if (
-                info
-                and info.payload.get("player_id") == player_id
-                and info.payload.get("round_id") == round_id
-            ):
-                out[jid] = info
-        return out
+    async def _unfinished_of(self, player_id: str, round_id: str) -> dict[str, echomq.JobInfo]:
+        # The player is the load subject of its guesses in both lane modes (its own lane,
+        # or the one "fifo" lane with the player as subject): one index, bounded by the
+        # pending cap, instead of a walk over every active and scheduled job.
+        return {
+            info.job_id: info
+            for info in await self.queue.lanes.unfinished(player_id, limit=UNFINISHED_LISTED)
+            if info.state in ("pending", "active", "scheduled")
+            and info.payload.get("round_id") == round_id
+            and info.payload.get("player_id") == player_id
+        }
 
     async def leaderboard(self, round_id: str | None = None) -> list[dict[str, Any]]:
         if round_id is not None and await self.rounds.get(round_id) is None:

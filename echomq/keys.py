@@ -3,7 +3,7 @@
 All keys of queue ``q`` share the prefix ``emq:{q}:``; the braces are a Valkey Cluster
 hash tag, so a queue lives in one slot and every script touches one slot. Scripts get
 the prefix as ``KEYS[1]`` and build per-job and per-lane keys from it with the same
-suffixes as below (see ``lua/include/keys.lua``).
+suffixes as below (``lua/include/common.lua``; tests/echomq/test_keys.py checks the two agree).
 """
 
 from __future__ import annotations
@@ -45,11 +45,16 @@ class Keys:
         ``new``); absent otherwise."""
         return f"{self.prefix}owed"
 
+    def open(self, subject: str) -> str:
+        """Sorted set job_id -> enqueue time (server ms): a load subject's (by default a
+        lane's) unfinished jobs, pending + active + scheduled. ``max_pending`` caps its
+        size and ``Lanes.unfinished`` reads it; an empty one does not exist."""
+        return f"{self.prefix}open:{subject}"
+
     @property
-    def lane_load(self) -> str:
-        """Hash load subject (default: the lane) -> unfinished jobs (pending + active +
-        scheduled), for ``max_pending``."""
-        return f"{self.prefix}laneload"
+    def in_lanes(self) -> str:
+        """String counter: jobs waiting in lanes, in all, so ``stats`` costs no lane scan."""
+        return f"{self.prefix}inlanes"
 
     @property
     def pending(self) -> str:

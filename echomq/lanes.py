@@ -27,7 +27,7 @@ from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
 from .ids import job_id as mint_job_id
 from .jobs import check_claim, decode_batch, encode_headers
 from .scripts import SCRIPTS
-from .types import Claim, ClaimBatch, Enqueued
+from .types import Claim, ClaimBatch, Enqueued, JobInfo
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -220,5 +220,20 @@ class Lanes:
     async def load(self, subject: str) -> int:
         """Unfinished jobs of a load subject (by default a lane's name): pending + active +
         scheduled, what ``max_pending`` caps."""
-        raw = await self._q.conn.hget(self._keys.lane_load, subject)
-        return int(raw) if raw else 0
+        checks.name("subject", subject)
+        return int(await self._q.conn.zcard(self._keys.open(subject)))
+
+    async def unfinished(self, subject: str, limit: int = 1000) -> list[JobInfo]:
+        """The oldest ``limit`` unfinished jobs of a load subject (by default a lane's
+        name), oldest enqueue first: pending, active or scheduled as of the read. One
+        index read and one pipelined round trip, whatever the size of the queue; a job
+        that finishes meanwhile is returned in its new state."""
+        checks.name("subject", subject)
+        checks.integer("limit", limit, at_least=1)
+        ids = await self._q.conn.zrange(self._keys.open(subject), 0, limit - 1)
+        if not ids:
+            return []
+        pipe = self._q.conn.pipeline(transaction=False)
+        for jid in ids:
+            pipe.hgetall(self._keys.job(text(jid)))
+        return [JobInfo.from_hash(row) for row in await pipe.execute() if row]

@@ -39,7 +39,10 @@ class Queue:
 
     async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
         """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},
-        "counters": {name: int}, "refused": {op: int}, "server_now_ms"}``, one snapshot."""
+        "counters": {name: int}, "refused": {op: int}, "server_now_ms", "lane_count"}``,
+        one snapshot. ``lanes`` lists the first ``max_lanes`` non-empty lanes (served
+        next first); ``lane_count`` counts them all. Its cost grows with ``max_lanes``,
+        not with the number of lanes or jobs."""
         checks.integer("max_lanes", max_lanes, at_least=0)
         r = await self.runner.run(SCRIPTS["stats"], [self.keys.prefix], [max_lanes])
         lanes = {text(r[5][i]): int(r[5][i + 1]) for i in range(0, len(r[5]), 2)}
@@ -55,6 +58,7 @@ class Queue:
             "counters": counters,
             "refused": refused,
             "server_now_ms": int(r[8]),
+            "lane_count": int(r[9]),
         }
 
     async def promote(self, limit: int = 100) -> int:

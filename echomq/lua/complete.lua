@@ -42,7 +42,7 @@ redis.call('HSET', jk, 'state', 'completed', 'result', ARGV[3], 'done', now)
 redis.call('HDEL', jk, 'worker', 'lease')
 redis.call('ZADD', K_COMPLETED, now, id)
 local n = redis.call('HINCRBY', K_COUNTERS, 'completed', 1)
-unload(jk, lane)
+unload(id, jk, lane)
 emit(ARGV[6], 'type', 'completed', 'job_id', id, 'lane', lane, 'seq', row[4] or '',
   'attempts', token, 'result', ARGV[3])
 

@@ -59,6 +59,7 @@ while #ids < count do
   owed = fresh
   if #popped > 0 then
     ids[#ids + 1] = popped[1]
+    redis.call('DECR', K_INLANES)
   end
 end
 if owed ~= was_owed then
@@ -67,5 +68,11 @@ end
 for _, claim in ipairs(lease_all(ids, worker, now, lease_ms)) do
   out[#out + 1] = claim
 end
-if redis.call('LLEN', K_RING) > 0 or redis.call('LLEN', K_NEW) > 0 then wake() end
+if redis.call('LLEN', K_RING) > 0 or redis.call('LLEN', K_NEW) > 0 then
+  wake()
+else
+  -- No lane holds a job, so the running count is 0: dropping it here heals a count that
+  -- drifted (jobs left in lanes by a version of EchoMQ that kept no count).
+  redis.call('DEL', K_INLANES)
+end
 return out

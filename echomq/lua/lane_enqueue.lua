@@ -87,7 +87,7 @@ end
 local subject = ARGV[10]
 if subject == '' then subject = lane end
 local limit = tonumber(ARGV[5])
-if limit > 0 and tonumber(redis.call('HGET', K_LANELOAD, subject) or '0') >= limit then
+if limit > 0 and redis.call('ZCARD', open_key(subject)) >= limit then
   return {-1, limit}
 end
 
@@ -118,7 +118,7 @@ if fp ~= '' then
   redis.call('HSET', KEYS[5], 'job', id, 'fp', fp, 'seq', seq)
   redis.call('PEXPIRE', KEYS[5], ARGV[12])
 end
-redis.call('HINCRBY', K_LANELOAD, subject, 1)
+redis.call('ZADD', open_key(subject), now, id)
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
 place(id, lane, true)
 return {1, id, seq}

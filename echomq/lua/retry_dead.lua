@@ -21,7 +21,7 @@ redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', jk, 'failures', 0, 'stalls', 0)
 redis.call('HDEL', jk, 'reason', 'done')
 if row[2] and row[2] ~= '' then
-  redis.call('HINCRBY', K_LANELOAD, load_of(jk, row[2]), 1)
+  redis.call('ZADD', open_key(load_of(jk, row[2])), redis.call('HGET', jk, 'enq') or 0, id)
 end
 redis.call('HINCRBY', K_COUNTERS, 'retried', 1)
 place(id, row[2])

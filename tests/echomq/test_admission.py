@@ -186,8 +186,11 @@ async def test_a_shared_lane_keeps_the_cap_per_load_subject(q: echomq.Queue) -> 
     assert await q.lanes.load("a") == 1
     await q.jobs.retry_dead(c.job_id)
     assert await q.lanes.load("a") == 2
-    load = await q.conn.hgetall(q.keys.lane_load)
-    assert {_text(k): int(v) for k, v in load.items()} == {"a": 2, "b": 2}
+    # the index behind the count lists exactly the unfinished jobs, oldest first
+    open_a = [info.job_id for info in await q.lanes.unfinished("a")]
+    assert len(open_a) == 2 and c.job_id in open_a
+    assert {i.state for i in await q.lanes.unfinished("a")} == {"pending"}
+    assert [i.job_id for i in await q.lanes.unfinished("a", limit=1)] == open_a[:1]
 
 
 # -- argument checks ----------------------------------------------------------------------------

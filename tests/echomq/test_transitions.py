@@ -382,3 +382,39 @@ async def test_stats_counts_every_location(q: echomq.Queue) -> None:
     s = await q.stats()
     assert (s["pending"], s["active"], s["scheduled"]) == (3, 1, 1)
     assert s["lanes"] == {"a": 2, "b": 1}
+    assert s["lane_count"] == 2
+
+
+async def test_stats_lists_at_most_max_lanes_and_counts_the_rest(q: echomq.Queue) -> None:
+    # 300 lanes, 2 jobs each: the snapshot lists the first 10 (served next first) but
+    # counts every lane and every waiting job, without visiting the other 290.
+    for i in range(300):
+        await asyncio.gather(*(q.lanes.enqueue(f"l{i:03}", n) for n in range(2)))
+    s = await q.stats(max_lanes=10)
+    assert len(s["lanes"]) == 10 and set(s["lanes"].values()) == {2}
+    assert (s["pending"], s["lane_count"]) == (600, 300)
+    assert (await q.stats(max_lanes=0))["lanes"] == {}
+    # claims, reaps and completions keep the running count exact
+    await q.lanes.claim_many("w", 1, 250)
+    assert (await q.stats(max_lanes=0))["pending"] == 350
+    await asyncio.sleep(0.01)
+    moved = await q.stalled.reap(limit=1000)
+    assert len(moved) == 250
+    assert (await q.stats(max_lanes=0))["pending"] == 600
+    while claims := (await q.lanes.claim_many("w", LEASE, 100)).claims:
+        await q.jobs.complete_many([(c.job_id, c.token, None) for c in claims])
+    s = await q.stats(max_lanes=0)
+    assert (s["pending"], s["lane_count"], s["completed"]) == (0, 0, 600)
+
+
+async def test_a_drifted_lane_count_heals_once_the_lanes_drain(q: echomq.Queue) -> None:
+    # A count left wrong (jobs put in lanes by a version that kept none) never goes
+    # negative in stats and is reset by the first claim that finds every lane empty.
+    await q.lanes.enqueue("a", 1)
+    await q.conn.set(q.keys.in_lanes, -5)
+    assert (await q.stats())["pending"] == 0
+    c = await q.lanes.claim("w", LEASE)
+    assert c is not None
+    assert await q.conn.get(q.keys.in_lanes) is None
+    await q.lanes.enqueue("a", 2)
+    assert (await q.stats())["pending"] == 1

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import redis.asyncio
 
+import echomq
 from echomq.server import EmbeddedValkey
 from tests.helpers import free_port
 from tests.web.conftest import (
@@ -295,6 +297,37 @@ async def test_listing_own_guesses_of_a_round(served: Served) -> None:
         401,
         "unauthorized",
     )
+
+
+async def test_listing_own_guesses_reads_only_the_players_own_jobs(
+    served: Served, private_valkey: EmbeddedValkey
+) -> None:
+    # 200 other players' guesses held active by a claim: the listing must not look at them
+    # (it once fetched every active and scheduled job, one round trip each).
+    rnd = await served.current_round()
+    body = {"round_id": rnd["round_id"], "guess": _valid(rnd)}
+    others = [await served.new_player(f"P{i}") for i in range(200)]
+    for other in others:
+        assert (await _guess(served, other["token"], body)).status_code == 202
+    player = await served.new_player("Mine")
+    mine = (await _guess(served, player["token"], body)).json()["job_id"]
+    conn = redis.asyncio.Redis.from_url(private_valkey.url)
+    try:
+        queue = echomq.Queue(conn, "guesses")
+        held = await queue.lanes.claim_many("test-holder", 60_000, 150)
+        assert len(held.claims) == 150
+        await conn.config_resetstat()
+        resp = await served.http.get(
+            "/api/guesses", params={"round_id": rnd["round_id"]}, headers=bearer(player["token"])
+        )
+        stats = await conn.info("commandstats")
+    finally:
+        await conn.aclose()
+    assert resp.status_code == 200
+    assert [g["job_id"] for g in resp.json()["guesses"]] == [mine]
+    # a handful of commands for the auth and the player's one guess, not one per job
+    calls = sum(int(v["calls"]) for v in stats.values())
+    assert calls < 20, stats
 
 
 async def test_leaderboard(served: Served) -> None:

@@ -13,6 +13,9 @@ end
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function lane_key(lane) return PREFIX .. 'lane:' .. lane end
 local function wjobs_key(worker) return PREFIX .. 'wjobs:' .. worker end
+-- A load subject's unfinished jobs (pending, active, scheduled), score = enqueue time:
+-- what max_pending caps (ZCARD) and what Lanes.unfinished lists, bounded by that cap.
+local function open_key(subject) return PREFIX .. 'open:' .. subject end
 
 local K_NEW       = PREFIX .. 'new'   -- activated lanes, served first (lane_claim)
 local K_RING      = PREFIX .. 'ring'  -- lanes that stayed non-empty, round-robin
@@ -27,7 +30,7 @@ local K_REFUSED   = PREFIX .. 'refused'
 local K_EVENTS    = PREFIX .. 'events'
 local K_WAKE      = PREFIX .. 'wake'
 local K_WORKERS   = PREFIX .. 'workers'
-local K_LANELOAD  = PREFIX .. 'laneload'
+local K_INLANES  = PREFIX .. 'inlanes' -- jobs waiting in lanes, in all (stats: O(1))
 
 -- Leave one token on the wake list for a parked consumer. At most one token is ever
 -- kept: a consumer that wakes and finds more work left passes the token on.
@@ -49,6 +52,7 @@ local function place(id, lane, state_written)
   if lane ~= nil and lane ~= '' then
     local lk = lane_key(lane)
     redis.call('ZADD', lk, 0, id)
+    redis.call('INCR', K_INLANES)
     if redis.call('ZCARD', lk) == 1 then
       redis.call('RPUSH', K_NEW, lane)
     end
@@ -72,13 +76,10 @@ local function load_of(jk, lane)
 end
 
 -- A lane job that left the unfinished world (completed or dead) no longer counts
--- against its load subject's max_pending.
-local function unload(jk, lane)
+-- against its load subject's max_pending (an emptied index is deleted by Valkey).
+local function unload(id, jk, lane)
   if lane ~= nil and lane ~= '' then
-    local subject = load_of(jk, lane)
-    if redis.call('HINCRBY', K_LANELOAD, subject, -1) <= 0 then
-      redis.call('HDEL', K_LANELOAD, subject)
-    end
+    redis.call('ZREM', open_key(load_of(jk, lane)), id)
   end
 end
 
@@ -96,7 +97,7 @@ local function to_dead(id, jk, lane, now, reason)
   redis.call('HSET', jk, 'state', 'dead', 'reason', reason, 'done', now)
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('HINCRBY', K_COUNTERS, 'dead', 1)
-  unload(jk, lane)
+  unload(id, jk, lane)
 end
 
 -- Move up to `limit` due scheduled jobs back to their lane or the pending set.
