@@ -16,6 +16,8 @@ COPY migrations ./migrations
 RUN pip install . && useradd --system --uid 10001 --no-create-home codemojex
 
 USER codemojex
-EXPOSE 8000
+# 8000: `codemojex web` (HTTP, websockets, /metrics); 9100: a worker's /metrics
+# (CODEMOJEX_METRICS_PORT, as compose.yaml sets it).
+EXPOSE 8000 9100
 # compose.yaml gives every service its own `codemojex …` command; this is the fallback.
 CMD ["codemojex", "--help"]

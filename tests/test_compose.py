@@ -1,102 +1,78 @@
-"""compose.yaml and the Dockerfile, checked statically (no Docker engine needed).
+"""compose.yaml, compose.cluster.yaml, the Dockerfile and deploy/, checked statically; and
+``docker compose config`` on both files where a Docker CLI with compose exists.
 
-Every app service runs a real ``codemojex`` subcommand (parsed by the CLI's own parser), sets
-only variables Config reads, and depends on services that exist. The file is kept to plain
-block YAML, read by a small parser of that subset, and PyYAML (a dev dependency) must read
-it the same way.
+The files are read with PyYAML (anchors and merge keys resolved, as compose resolves
+them). Every app service runs a real ``codemojex`` subcommand (parsed by the CLI's own
+parser) and sets only variables the code reads; every dependency, health check, volume,
+proxy route and scrape target points at something that exists.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from codemojex.cli import build_parser
 from codemojex.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose.yaml"
+CLUSTER = ROOT / "compose.cluster.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
+DEPLOY = ROOT / "deploy"
 CONFIG_VARS = {f"CODEMOJEX_{f.name.upper()}" for f in fields(Config) if f.name != "extra"}
-KNOWN_VARS = CONFIG_VARS | {"CODEMOJEX_WORKER_ID"}  # codemojex.worker reads it too
+# codemojex.worker reads CODEMOJEX_WORKER_ID; codemojex.cli reads CODEMOJEX_LOG_FORMAT.
+KNOWN_VARS = CONFIG_VARS | {"CODEMOJEX_WORKER_ID", "CODEMOJEX_LOG_FORMAT"}
+ONE_SHOT = {"migrate", "valkey-cluster-init"}
+CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 
 
-# -- a parser for the block-YAML subset compose.yaml keeps to ----------------------------------
+def load(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
 
 
-def _scalar(text: str) -> Any:
-    text = text.strip()
-    if text.startswith(("[", "{", '"')):
-        return json.loads(text)
-    if text.startswith("'"):
-        assert text.endswith("'"), text
-        return text[1:-1].replace("''", "'")
-    text = re.split(r"\s+#", text, maxsplit=1)[0].strip()  # an inline comment
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return {"true": True, "false": False, "null": None, "~": None, "": None}.get(text, text)
-
-
-def _lines(text: str) -> list[tuple[int, str]]:
-    out = []
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if stripped and not stripped.startswith("#"):
-            out.append((len(raw) - len(raw.lstrip(" ")), stripped))
-    return out
-
-
-def _block(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[Any, int]:
-    if lines[i][1].startswith("- "):
-        items: list[Any] = []
-        while i < len(lines) and lines[i][0] == indent and lines[i][1].startswith("- "):
-            item = lines[i][1][2:]
-            assert not re.match(r"^[\w.-]+:(\s|$)", item), f"mapping in a sequence: {item}"
-            items.append(_scalar(item))
-            i += 1
-        return items, i
-    mapping: dict[str, Any] = {}
-    while i < len(lines) and lines[i][0] == indent:
-        key, sep, rest = lines[i][1].partition(":")
-        assert sep and (not rest or rest[0] == " "), f"not a `key: value` line: {lines[i][1]}"
-        i += 1
-        if rest.strip():
-            mapping[key] = _scalar(rest)
-        elif i < len(lines) and lines[i][0] > indent:
-            mapping[key], i = _block(lines, i, lines[i][0])
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``docker compose -f base -f override``, as far as these files need: mappings merge
+    key by key (environment, depends_on, services), anything else is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
         else:
-            mapping[key] = None
-    return mapping, i
-
-
-def load_subset(text: str) -> Any:
-    lines = _lines(text)
-    value, end = _block(lines, 0, 0)
-    assert end == len(lines), f"unexpected indentation at: {lines[end][1]}"
-    return value
-
-
-# -- fixtures ----------------------------------------------------------------------------------
+            out[key] = value
+    return out
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    import yaml  # type: ignore[import-untyped, unused-ignore]
-
-    doc = load_subset(COMPOSE.read_text(encoding="utf-8"))
-    assert yaml.safe_load(COMPOSE.read_text(encoding="utf-8")) == doc
-    return dict(doc)
+    return load(COMPOSE)
 
 
 @pytest.fixture(scope="module")
-def app_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in compose["services"].items() if "build" in svc}
+def cluster(compose: dict[str, Any]) -> dict[str, Any]:
+    return merged(compose, load(CLUSTER))
+
+
+@pytest.fixture(scope="module", params=["single", "cluster"])
+def either(request: pytest.FixtureRequest, compose: dict[str, Any]) -> dict[str, Any]:
+    """Each check that holds for both deployments runs on both."""
+    return compose if request.param == "single" else merged(compose, load(CLUSTER))
+
+
+def app_services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: svc for name, svc in doc["services"].items() if "build" in svc}
 
 
 def _run_args(argv: list[str]) -> Any:
@@ -107,55 +83,70 @@ def _run_args(argv: list[str]) -> Any:
         pytest.fail(f"not a valid codemojex command line: {argv}")
 
 
-# -- tests -------------------------------------------------------------------------------------
+def _role(doc: dict[str, Any], role: str) -> tuple[str, dict[str, Any]]:
+    found = [
+        (n, s) for n, s in app_services(doc).items() if _run_args(s["command"]).command == role
+    ]
+    assert len(found) == 1, f"one {role} service (scaled by replicas), not {found}"
+    return found[0]
 
 
-def test_the_subset_parser_reads_what_compose_needs() -> None:
-    text = (
-        'a:\n  b: ["x", ""]\n  c: 3\n  d:\n    - \'p:q\'\n    - "8001:8000"\n'
-        '  e: {}\n  f: plain text # note\n# comment\ng: "${X:-1}"\n'
-    )
-    assert load_subset(text) == {
-        "a": {"b": ["x", ""], "c": 3, "d": ["p:q", "8001:8000"], "e": {}, "f": "plain text"},
-        "g": "${X:-1}",
-    }
+def _container_port(svc: dict[str, Any]) -> set[int]:
+    return {int(str(p).split(":")[-1].split("/")[0]) for p in svc.get("expose", [])}
 
 
-def test_every_app_service_runs_a_real_codemojex_subcommand(
-    app_services: dict[str, dict[str, Any]],
+# -- the app services --------------------------------------------------------------------------
+
+
+def test_every_app_service_runs_a_real_codemojex_subcommand_from_one_image(
+    compose: dict[str, Any],
 ) -> None:
-    commands = {name: _run_args(svc["command"]).command for name, svc in app_services.items()}
-    assert sorted(commands.values()).count("web") >= 2
-    assert "migrate" in commands.values()
-    assert "worker" in commands.values()
-    for name, svc in app_services.items():
-        assert svc["build"] == "."
-        assert svc["image"] == app_services["migrate"]["image"], name
+    apps = app_services(compose)
+    commands = {name: _run_args(svc["command"]).command for name, svc in apps.items()}
+    assert sorted(commands.values()) == ["migrate", "web", "worker"]
+    for name, svc in apps.items():
+        assert svc["build"] == ".", name
+        assert svc["image"] == apps["migrate"]["image"], name
 
 
-def test_web_servers_listen_on_every_interface_inside_their_container(
-    app_services: dict[str, dict[str, Any]],
+def test_every_service_has_an_image_and_a_restart_policy(either: dict[str, Any]) -> None:
+    for name, svc in either["services"].items():
+        assert svc.get("image"), f"{name} has no image"
+        if name in ONE_SHOT:
+            assert svc["restart"] == "no", name
+        else:
+            assert svc["restart"] in ("unless-stopped", "always"), name
+
+
+def test_web_runs_two_replicas_behind_the_proxy_on_every_interface(
+    compose: dict[str, Any],
 ) -> None:
-    for name, svc in app_services.items():
-        args = _run_args(svc["command"])
-        if args.command == "web":
-            assert args.host == "0.0.0.0", name
-            container_ports = {p.split(":")[-1] for p in svc["ports"]}
-            assert container_ports == {str(args.port)}, name
+    name, web = _role(compose, "web")
+    args = _run_args(web["command"])
+    assert args.host == "0.0.0.0"
+    assert _container_port(web) == {args.port}
+    assert web["deploy"]["replicas"] == 2
+    assert "ports" not in web, "replicas share no host port: the proxy is the way in"
+    assert compose["services"]["proxy"]["ports"]
+    assert compose["services"]["proxy"]["depends_on"][name]["condition"] == "service_healthy"
 
 
 def test_workers_run_three_replicas_with_time_to_release_their_jobs(
-    app_services: dict[str, dict[str, Any]],
+    compose: dict[str, Any],
 ) -> None:
-    workers = [s for s in app_services.values() if _run_args(s["command"]).command == "worker"]
-    assert sum(s.get("deploy", {}).get("replicas", 1) for s in workers) == 3
-    for svc in workers:
-        # A stopping worker waits up to one lease (10 s) for its in-flight jobs.
-        assert int(svc["stop_grace_period"].rstrip("s")) > Config().lease_ms // 1000
+    _, worker = _role(compose, "worker")
+    assert worker["deploy"]["replicas"] == 3
+    # A stopping worker waits up to one lease (10 s) for its in-flight jobs.
+    assert int(worker["stop_grace_period"].rstrip("s")) > Config().lease_ms // 1000
 
 
-def test_environment_names_are_ones_config_reads(app_services: dict[str, dict[str, Any]]) -> None:
-    for name, svc in app_services.items():
+def test_environment_names_are_ones_the_code_reads(either: dict[str, Any]) -> None:
+    needed = {
+        "migrate": {"CODEMOJEX_DATABASE_URL"},
+        "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL"},
+        "web": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL", "CODEMOJEX_ADMIN_TOKEN"},
+    }
+    for name, svc in app_services(either).items():
         env = svc.get("environment") or {}
         assert isinstance(env, dict), f"{name}: use the mapping form of environment"
         for var, value in env.items():
@@ -163,49 +154,82 @@ def test_environment_names_are_ones_config_reads(app_services: dict[str, dict[st
             for ref in re.findall(r"\$\{(\w+)", str(value)):
                 assert ref in KNOWN_VARS or not ref.startswith("CODEMOJEX_"), ref
         role = _run_args(svc["command"]).command
-        needed = {
-            "migrate": {"CODEMOJEX_DATABASE_URL"},
-            "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL"},
-            "web": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL", "CODEMOJEX_ADMIN_TOKEN"},
-        }[role]
-        assert needed <= set(env), f"{name} lacks {needed - set(env)}"
+        assert needed[role] <= set(env), f"{name} lacks {needed[role] - set(env)}"
 
 
-def test_urls_point_at_the_services_that_exist(
-    compose: dict[str, Any], app_services: dict[str, dict[str, Any]]
-) -> None:
-    services = compose["services"]
-    for svc in app_services.values():
+def test_config_reads_every_value_compose_sets(either: dict[str, Any]) -> None:
+    for svc in app_services(either).values():
+        env = {
+            k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(v))  # a ${VAR:-default}: the default
+            for k, v in svc["environment"].items()
+            if k in CONFIG_VARS and ":?" not in str(v)
+        }
+        Config.from_env(env)  # a value Config cannot parse raises here
+
+
+def test_urls_point_at_the_services_that_exist(either: dict[str, Any]) -> None:
+    services = either["services"]
+    for name, svc in app_services(either).items():
         env = svc["environment"]
         if "CODEMOJEX_VALKEY_URL" in env:
-            assert re.fullmatch(r"redis://valkey:6379/\d+", env["CODEMOJEX_VALKEY_URL"])
+            m = re.fullmatch(
+                r"redis://([\w-]+):6379/0(\?cluster=true)?", env["CODEMOJEX_VALKEY_URL"]
+            )
+            assert m is not None and m[1] in services, name
         host = re.search(r"@([\w-]+):5432/", env["CODEMOJEX_DATABASE_URL"])
         assert host is not None and host[1] in services
 
 
-def test_depends_on_names_and_volumes_exist(compose: dict[str, Any]) -> None:
-    services = compose["services"]
+def test_blocks_are_shared_through_anchors_not_copied() -> None:
+    text = COMPOSE.read_text(encoding="utf-8")
+    assert text.count("<<: *app") == 3  # migrate, web, worker
+    assert text.count("build: .") == 1
+    assert text.count("redis://valkey:6379") == 1
+    assert text.count("postgresql://") <= 2  # the shared environment, and migrate's own
+
+
+# -- dependencies, health, volumes -------------------------------------------------------------
+
+
+def test_depends_on_names_conditions_and_volumes_exist(either: dict[str, Any]) -> None:
+    services = either["services"]
     for name, svc in services.items():
         deps = svc.get("depends_on") or {}
-        for dep in deps:
+        assert isinstance(deps, dict), f"{name}: depends_on with conditions"
+        for dep, how in deps.items():
             assert dep in services, f"{name} depends on unknown {dep}"
-            if isinstance(deps, dict):
-                assert deps[dep]["condition"] in (
-                    "service_started",
-                    "service_healthy",
-                    "service_completed_successfully",
-                )
-                if deps[dep]["condition"] == "service_healthy":
-                    assert "healthcheck" in services[dep], dep
+            assert how["condition"] in CONDITIONS, name
+            if how["condition"] == "service_healthy":
+                assert "healthcheck" in services[dep], dep
+            if how["condition"] == "service_completed_successfully":
+                assert dep in ONE_SHOT, dep
         for volume in svc.get("volumes") or []:
             source = volume.split(":")[0]
-            if not source.startswith((".", "/")):
-                assert source in compose["volumes"], f"{name}: undeclared volume {source}"
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"{name}: {source} is not in the repository"
+            elif not source.startswith("/"):
+                assert source in either["volumes"], f"{name}: undeclared volume {source}"
+
+
+def test_every_long_running_service_has_a_health_check(either: dict[str, Any]) -> None:
+    for name, svc in either["services"].items():
+        if name not in ONE_SHOT:
+            test = svc["healthcheck"]["test"]
+            assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
+
+
+def test_app_health_checks_read_what_the_app_provides(compose: dict[str, Any]) -> None:
+    _, web = _role(compose, "web")
+    assert "/readyz" in " ".join(web["healthcheck"]["test"])
+    assert f":{_run_args(web['command']).port}/" in " ".join(web["healthcheck"]["test"])
+    _, worker = _role(compose, "worker")
+    path = worker["environment"]["CODEMOJEX_HEALTH_FILE"]
+    assert path in " ".join(worker["healthcheck"]["test"])
 
 
 def test_valkey_is_durable_and_postgres_is_checked(compose: dict[str, Any]) -> None:
     valkey = compose["services"]["valkey"]
-    assert valkey["image"] == "valkey/valkey:8.1"
+    assert valkey["image"].startswith("valkey/valkey:")
     argv = valkey["command"]
     options = dict(zip(argv[1::2], argv[2::2], strict=True))
     assert options["--appendonly"] == "yes"
@@ -213,8 +237,127 @@ def test_valkey_is_durable_and_postgres_is_checked(compose: dict[str, Any]) -> N
     assert options["--maxmemory-policy"] == "noeviction"
     assert valkey["volumes"] and valkey["healthcheck"]
     postgres = compose["services"]["postgres"]
-    assert postgres["image"] == "postgres:15"
+    assert postgres["image"].startswith("postgres:")
     assert postgres["volumes"] and "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+
+
+def test_the_cluster_file_runs_the_queue_on_three_durable_masters(
+    cluster: dict[str, Any],
+) -> None:
+    services = cluster["services"]
+    nodes = sorted(n for n in services if re.fullmatch(r"valkey-\d+", n))
+    assert nodes == ["valkey-1", "valkey-2", "valkey-3"]
+    for node in nodes:
+        argv = services[node]["command"]
+        options = dict(zip(argv[1::2], argv[2::2], strict=True))
+        assert options["--cluster-enabled"] == "yes"
+        assert options["--appendfsync"] == "always"
+        assert options["--maxmemory-policy"] == "noeviction"
+        assert services[node]["volumes"][0].split(":")[0] in cluster["volumes"]
+    init = " ".join(services["valkey-cluster-init"]["command"])
+    assert "--cluster create" in init and "--cluster-replicas 0" in init
+    assert all(node in init for node in nodes)
+    for role in ("web", "worker"):
+        name, svc = _role(cluster, role)
+        url = svc["environment"]["CODEMOJEX_VALKEY_URL"]
+        assert url.endswith("?cluster=true") and "//valkey-1:" in url, name
+        assert svc["depends_on"]["valkey-cluster-init"]["condition"] == (
+            "service_completed_successfully"
+        )
+
+
+# -- proxy, Prometheus, Grafana ----------------------------------------------------------------
+
+
+def _nginx_blocks(text: str) -> dict[str, str]:
+    """``{"upstream NAME": body, "location /ws": body, …}`` of an nginx config (no nesting
+    below these is needed)."""
+    text = re.sub(r"#[^\n]*", "", text)
+    return {
+        re.sub(r"\s+", " ", head.strip()): body
+        for head, body in re.findall(r"((?:upstream|location)\s[^{;]+)\{([^{}]*)\}", text)
+    }
+
+
+def test_the_proxy_round_robins_over_web_and_carries_websockets(compose: dict[str, Any]) -> None:
+    proxy = compose["services"]["proxy"]
+    assert proxy["image"].startswith(("nginx:", "haproxy:", "caddy:"))
+    mount = next(v for v in proxy["volumes"] if v.endswith(":/etc/nginx/nginx.conf:ro"))
+    conf = (ROOT / mount.split(":")[0]).read_text(encoding="utf-8")
+    blocks = _nginx_blocks(conf)
+    web_name, web = _role(compose, "web")
+    upstream = next(k for k in blocks if k.startswith("upstream "))
+    servers = re.findall(r"^\s*server\s+(\S+)", blocks[upstream], re.MULTILINE)
+    assert servers == [f"{web_name}:{_run_args(web['command']).port}"]
+    # Round robin is nginx's default: no hash, ip_hash, sticky or least_conn.
+    assert not re.search(r"\b(ip_hash|hash|sticky|least_conn)\b", blocks[upstream])
+    ws = blocks["location /ws"]
+    assert f"proxy_pass http://{upstream.split()[1]}" in ws
+    assert re.search(r"proxy_set_header\s+Upgrade\s+\$http_upgrade\s*;", ws)
+    assert re.search(r"proxy_set_header\s+Connection\s+\$connection_upgrade\s*;", ws)
+    assert re.search(r"map\s+\$http_upgrade\s+\$connection_upgrade", conf)
+    assert re.search(r"proxy_http_version\s+1\.1\s*;", conf)
+    # The app checks a browser's Origin against Host: the proxy must not rewrite it.
+    assert re.search(r"proxy_set_header\s+Host\s+\$http_host\s*;", conf)
+    assert f"proxy_pass http://{upstream.split()[1]}" in blocks["location /"]
+
+
+def _mount_target(svc: dict[str, Any], source: str) -> str:
+    for volume in svc["volumes"]:
+        parts = volume.split(":")
+        if parts[0] == source:
+            return parts[1]
+    raise AssertionError(f"{source} is not mounted")
+
+
+def test_prometheus_scrapes_every_web_and_worker_replica_where_they_listen(
+    compose: dict[str, Any],
+) -> None:
+    prom = compose["services"]["prometheus"]
+    target = _mount_target(prom, "./deploy/prometheus")
+    assert f"--config.file={target}/prometheus.yml" in prom["command"]
+    config = load(DEPLOY / "prometheus" / "prometheus.yml")
+    for rule_file in config["rule_files"]:
+        assert rule_file.startswith(target + "/")
+        assert (DEPLOY / "prometheus" / rule_file.removeprefix(target + "/")).is_file()
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    web_name, web = _role(compose, "web")
+    worker_name, worker = _role(compose, "worker")
+    env = worker["environment"]
+    expected = {
+        "codemojex-web": (web_name, _run_args(web["command"]).port),
+        "codemojex-worker": (worker_name, int(env["CODEMOJEX_METRICS_PORT"])),
+    }
+    assert env["CODEMOJEX_METRICS_HOST"] == "0.0.0.0"  # reachable from another container
+    for job_name, (service, port) in expected.items():
+        job = jobs[job_name]
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+        (sd,) = job["dns_sd_configs"]
+        assert sd["names"] == [service] and sd["type"] == "A" and sd["port"] == port
+        assert port in _container_port(compose["services"][service])
+        assert compose["services"]["prometheus"]["depends_on"][service]
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_prometheus(
+    compose: dict[str, Any],
+) -> None:
+    grafana = compose["services"]["grafana"]
+    provisioning = _mount_target(grafana, "./deploy/grafana/provisioning")
+    assert provisioning == "/etc/grafana/provisioning"
+    dashboards_at = _mount_target(grafana, "./deploy/grafana/dashboards")
+    (provider,) = load(DEPLOY / "grafana/provisioning/dashboards/codemojex.yml")["providers"]
+    assert provider["options"]["path"] == dashboards_at
+    (source,) = load(DEPLOY / "grafana/provisioning/datasources/prometheus.yml")["datasources"]
+    host, port = re.fullmatch(r"http://([\w-]+):(\d+)", source["url"]).groups()  # type: ignore[union-attr]
+    assert host in compose["services"] and f"{port}:{port}" in compose["services"][host]["ports"]
+    dashboard = json.loads((DEPLOY / "grafana/dashboards/codemojex.json").read_text("utf-8"))
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p.get("targets", [])}
+    assert uids == {source["uid"]}
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{dashboards_at}/codemojex.json"
+
+
+# -- the image ---------------------------------------------------------------------------------
 
 
 def test_dockerfile_installs_the_package_with_everything_the_wheel_packs() -> None:
@@ -239,12 +382,33 @@ def test_dockerfile_installs_the_package_with_everything_the_wheel_packs() -> No
     assert argv[0] == "codemojex"
 
 
-def test_every_app_service_has_a_health_check_that_reads_what_it_provides(
-    app_services: dict[str, dict[str, Any]],
-) -> None:
-    for name, svc in app_services.items():
-        if svc["command"][:2] == ["codemojex", "web"]:
-            assert "/readyz" in " ".join(svc["healthcheck"]["test"]), name
-        if svc["command"][:2] == ["codemojex", "worker"]:
-            path = svc["environment"]["CODEMOJEX_HEALTH_FILE"]
-            assert path in " ".join(svc["healthcheck"]["test"]), name
+# -- docker compose itself, where it exists ----------------------------------------------------
+
+
+def _compose_cli() -> list[str] | None:
+    if shutil.which("docker"):
+        probe = subprocess.run(
+            ["docker", "compose", "version"], check=False, capture_output=True, timeout=30
+        )
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        probe = subprocess.run(
+            ["docker-compose", "version"], check=False, capture_output=True, text=True
+        )
+        if probe.returncode == 0 and re.search(r"v?2\.\d+", probe.stdout):
+            return ["docker-compose"]
+    return None
+
+
+@pytest.mark.parametrize("files", [[COMPOSE], [COMPOSE, CLUSTER]], ids=["single", "cluster"])
+def test_docker_compose_accepts_the_files(files: list[Path]) -> None:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("no Docker CLI with compose v2 here")
+    argv = [*cli, *(a for f in files for a in ("-f", str(f))), "config", "--quiet"]
+    env = {**os.environ, "CODEMOJEX_ADMIN_TOKEN": "x" * 32}
+    done = subprocess.run(
+        argv, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
