@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import orjson
 
 import echomq
+from codemojex import tracing
 from codemojex.config import Config
 from codemojex.errors import (
     IdempotencyConflict,
@@ -77,20 +78,24 @@ class Guesses:
             )
         config = self.config
         rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
+        lane = FIFO_LANE if config.fifo else player_id
         try:
-            receipt = await self.queue.lanes.submit(
-                FIFO_LANE if config.fifo else player_id,
-                payload,
-                # the cap and the rate are the player's, on a lane of their own or on FIFO's
-                load_subject=player_id,
-                max_pending=max(0, config.lane_cap),
-                deadline_ms=rnd.closes_at_ms,
-                seq_scope=f"{round_id}:{player_id}" if config.fifo else round_id,
-                dedup=dedup,
-                rate_subject=player_id,
-                rate_per_s=rate,
-                rate_burst=config.guess_burst if rate else 0,
-            )
+            with tracing.enqueueing(lane, player_id, round_id) as trace:
+                receipt = await self.queue.lanes.submit(
+                    lane,
+                    payload,
+                    # the cap and the rate are the player's, on a lane of their own or on FIFO's
+                    load_subject=player_id,
+                    max_pending=max(0, config.lane_cap),
+                    deadline_ms=rnd.closes_at_ms,
+                    seq_scope=f"{round_id}:{player_id}" if config.fifo else round_id,
+                    dedup=dedup,
+                    rate_subject=player_id,
+                    rate_per_s=rate,
+                    rate_burst=config.guess_burst if rate else 0,
+                    headers=trace.headers,  # None unless tracing: no field stored
+                )
+                trace.enqueued(receipt.job_id, receipt.created)
         except echomq.DedupConflict:
             raise IdempotencyConflict(
                 "this Idempotency-Key was used with a different body"

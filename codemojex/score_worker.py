@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
-from codemojex import store
+from codemojex import store, tracing
 from codemojex.crashpoints import maybe_crash
 from codemojex.rounds import Rounds
 from codemojex.rules import feedback, points_for
@@ -55,15 +55,16 @@ class ScoreWorker:
 
     async def _score(self, claim: echomq.Claim) -> dict[str, Any]:
         p = claim.payload
-        rnd = await self.rounds.get(p["round_id"])
-        if rnd is None:
-            raise LookupError(f"round {p['round_id']} is unknown")  # fails -> retried
-        guess = tuple(p["guess"])
-        seq = claim.seq if claim.seq is not None else int(p.get("seq", 0))
-        fb = feedback(rnd.secret, guess)
-        points = points_for(seq, fb.solved)
-        if self.score_delay_ms:
-            await asyncio.sleep(self.score_delay_ms / 1000)  # stands in for heavy scoring
+        with tracing.span("score"):  # no-op unless tracing (codemojex.tracing)
+            rnd = await self.rounds.get(p["round_id"])
+            if rnd is None:
+                raise LookupError(f"round {p['round_id']} is unknown")  # fails -> retried
+            guess = tuple(p["guess"])
+            seq = claim.seq if claim.seq is not None else int(p.get("seq", 0))
+            fb = feedback(rnd.secret, guess)
+            points = points_for(seq, fb.solved)
+            if self.score_delay_ms:
+                await asyncio.sleep(self.score_delay_ms / 1000)  # stands in for heavy scoring
         record = store.ScoreRecord(
             job_id=claim.job_id,
             round_id=rnd.round_id,
@@ -79,8 +80,11 @@ class ScoreWorker:
             attempts=claim.token,
             worker_id=self.worker_id,
         )
-        if await self.group.write(record):
-            self.scored += 1
+        # One span per guess for the time it waited for the commit of the batch that
+        # carried it: a batch serves many guesses, each in its own trace.
+        with tracing.span("sql.commit"):
+            if await self.group.write(record):
+                self.scored += 1
         maybe_crash("after_commit")  # the batch holding this score has committed
         # Everything the browser needs rides on the completion event.
         return {

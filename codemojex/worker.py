@@ -17,7 +17,7 @@ import redis.asyncio
 from sqlalchemy.exc import SQLAlchemyError
 
 import echomq
-from codemojex import control, crashpoints
+from codemojex import control, crashpoints, tracing
 from codemojex.config import Config
 from codemojex.game import Admin, Game
 from codemojex.metrics import WorkerMetrics
@@ -114,14 +114,16 @@ def _arm_mid_extend(queue: echomq.Queue) -> None:
 
 async def run_worker(config: Config, worker_id: str | None = None) -> None:
     worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.worker_id()
+    tracing.configure("codemojex-worker")  # off unless OTEL_* ask (docs/observability.md)
     game = Game.connect(config)
+    tracing.trace_completions(game.queue)
     if crashpoints.armed("mid_extend"):
         _arm_mid_extend(game.queue)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     meters = WorkerMetrics(worker_id)
     guesses = echomq.Consumer(
         game.queue,
-        meters.timed(scorer.handle),
+        tracing.traced(meters.timed(scorer.handle), worker_id=worker_id, lease_ms=config.lease_ms),
         lease_ms=config.lease_ms,
         concurrency=config.concurrency,
         prefetch=config.prefetch,

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from codemojex import store
+from codemojex import store, tracing
 from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound
 from echomq import is_branded
 from web.errors import (
@@ -129,6 +129,11 @@ async def readyz(request: Request) -> Response:
 async def guesses(request: Request) -> Response:
     # One route for both methods, so a third method's 405 names both in Allow.
     if request.method == "POST":
+        if tracing.enabled():  # the root of the guess's trace (docs/observability.md)
+            with tracing.server_span("POST", "/api/guesses", request.headers) as span:
+                response = await submit_guess(request)
+                span.set_attribute("http.response.status_code", response.status_code)
+                return response
         return await submit_guess(request)
     return await list_guesses(request)
 

@@ -30,7 +30,7 @@ import orjson
 import redis.asyncio
 
 import echomq
-from codemojex import store
+from codemojex import store, tracing
 from codemojex.game import Game
 from echomq.ids import ulid_time_ms
 from web.metrics import Metrics
@@ -109,6 +109,7 @@ class Hub:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        tracing.configure("codemojex-web")  # decided once per process, from OTEL_*
         self._tasks = [
             asyncio.create_task(self._follow(), name="hub-reader"),
             asyncio.create_task(self._flush_forever(), name="hub-flusher"),
@@ -282,10 +283,18 @@ class Hub:
         if msg is None:
             return
         self._observe_latency(event)
+        traced = tracing.enabled()
+        started_ns = time.time_ns() if traced else 0
         out = Outgoing(dumps(msg), event.job_id)
+        pushed = 0
         for conn in list(self._by_player.get(msg["player_id"], ())):
             if self._offer(conn, out):
                 self.metrics.scores_pushed.inc()
+                pushed += 1
+        if traced:  # the worker put its span's traceparent on the result
+            tracing.record_push(
+                event.result, job_id=event.job_id, started_ns=started_ns, sockets=pushed
+            )
         if isinstance(msg["round_id"], str):
             self.progress.scored(
                 msg["round_id"],
