@@ -823,7 +823,10 @@ class Consumer:
             started = loop.time()
             try:
                 sweep = await self.queue.stalled.sweep(
-                    self.worker_id, self.reap_lock_ms, horizon_ms=self.lapse_ms
+                    self.worker_id,
+                    self.reap_lock_ms,
+                    horizon_ms=self.lapse_ms,
+                    margin_ms=self.reap_interval_ms,
                 )
                 trouble.ok()
                 if sweep.moved:

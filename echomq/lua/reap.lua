@@ -20,6 +20,16 @@
   ARGV[4]  lock_ms        how long the lock outlives this call
   ARGV[5]  horizon_ms     the longest wait reported: a job claimed after this call can
                           come due no sooner than its holder's heartbeat lapse
+  ARGV[6]  margin_ms      with a reaper id: outage detection (0 = off), below
+
+  An outage: no reaper reached Valkey for longer than a live queue ever leaves between two
+  sweeps (Valkey down, frozen or cut off): the same holder sweeps at least once per
+  horizon, and a successor takes over within the lock's time, each + margin_ms. Heartbeats and lease renewals
+  could not land during it either, so a deadline that passed then says nothing about its
+  holder: before judging anyone, every heartbeat deadline and lease deadline before now +
+  horizon moves to now + horizon. A holder that is alive beats and renews within that
+  lapse; one that died meanwhile is reaped after it, its stall counted as usual. No stall
+  is charged to a job for the outage itself.
 
   Returns  {leader, wait_ms, moved id...}
              leader   1 reaped (the lock is ours, or no lock asked) | 0 another reaper
@@ -27,7 +37,8 @@
              wait_ms  leader: until the earliest lease deadline, heartbeat deadline or due
                       time (at most horizon_ms, at least 0); else the lock's remaining time
            then the ids moved (to their lane, or to dead when out of deliveries)
-  Events   reaped {job_id, lane, why}; dead {job_id, lane, reason} when out of deliveries
+  Events   reaped {job_id, lane, why}; dead {job_id, lane, reason} when out of deliveries;
+           outage {quiet_ms} when a sweep finds one (counter `outages`)
 ]]
 --@include common
 
@@ -44,6 +55,26 @@ end
 
 local now = server_now()
 promote(now, limit)
+
+if reaper ~= '' then
+  local K_SWEPT = PREFIX .. 'swept'
+  local prev = redis.call('HMGET', K_SWEPT, 'at', 'by')
+  local last, margin = tonumber(prev[1] or ''), tonumber(ARGV[6] or '0')
+  local expected = tonumber(prev[2] == reaper and ARGV[5] or ARGV[4]) + margin
+  redis.call('HSET', K_SWEPT, 'at', now, 'by', reaper)
+  if last and margin > 0 and now - last > expected then
+    local until_ms = now + tonumber(ARGV[5] or '0')
+    for _, worker in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', '(' .. until_ms)) do
+      redis.call('ZADD', K_WORKERS, until_ms, worker)
+    end
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', '(' .. until_ms)) do
+      redis.call('ZADD', K_ACTIVE, until_ms, id)
+      redis.call('HSET', job_key(id), 'lease', until_ms)
+    end
+    redis.call('HINCRBY', K_COUNTERS, 'outages', 1)
+    emit(maxlen, 'type', 'outage', 'quiet_ms', now - last)
+  end
+end
 
 local out = {1, 0}
 local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)

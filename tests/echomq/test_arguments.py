@@ -164,6 +164,12 @@ def calls(job: str, token: int) -> list[Call]:
             lambda q, a: q.lanes.claim_many(**a),
         ),
         Call("lanes.depth", {"lane": ("name", "l")}, lambda q, a: q.lanes.depth(**a)),
+        Call("lanes.load", {"subject": ("name", "l")}, lambda q, a: q.lanes.load(**a)),
+        Call(
+            "lanes.unfinished",
+            {"subject": ("name", "l"), "limit": ("int>=1", 10)},
+            lambda q, a: q.lanes.unfinished(**a),
+        ),
         Call(
             "heartbeat",
             {
@@ -186,6 +192,7 @@ def calls(job: str, token: int) -> list[Call]:
                 "lock_ms": ("int>=1", 1000),
                 "horizon_ms": ("int>=0", 1000),
                 "limit": ("int>=1", 10),
+                "margin_ms": ("int>=0", 100),
             },
             lambda q, a: q.stalled.sweep(**a),
         ),

@@ -4,6 +4,8 @@ carry, a server that answers READONLY for a while, a task that ends, a cluster c
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import time
 from collections import Counter
@@ -132,6 +134,66 @@ async def test_a_readonly_spell_kills_no_loop(
     assert stats["counters"]["completed"] == 300 and stats["completed"] == 300
     assert stats["counters"].get("reaped", 0) == 0 and stats["active"] == 0
     assert sorted(runs) == sorted(ids) and set(runs.values()) == {1}
+
+
+async def test_a_valkey_freeze_longer_than_the_lapse_charges_no_stall(
+    private: tuple[EmbeddedValkey, redis.asyncio.Redis],
+) -> None:
+    """Valkey frozen (SIGSTOP) for 2.5 s, twice the heartbeat lapse, while a live worker
+    holds jobs, and a dead worker (it beat once, claimed, and never again) holds one. The
+    first sweep after the freeze sees the gap (counted as an outage); the live worker's
+    jobs are not reaped and no stall is charged to them; the dead worker's job is still
+    reaped one lapse later, its stall counted (a worker that really died is judged as
+    before). A freeze lets the beats queued in the sockets land at once, so the live jobs
+    would mostly survive even without the detection: the checks that tell the two apart
+    are in test_reaper_lock.py, where nobody reaches Valkey during the gap."""
+    server, conn = private
+    q = echomq.Queue(conn, "frozen")
+    runs = Counter[str]()
+    frozen = asyncio.Event()
+
+    async def handler(claim: echomq.Claim) -> None:
+        runs[claim.job_id] += 1
+        if claim.payload == "slow":
+            await frozen.wait()
+            await asyncio.sleep(0.3)
+
+    ghost = await q.lanes.enqueue("ghost", "orphan")
+    await q.heartbeat("ghost-worker", 1_200)
+    assert (await q.lanes.claim("ghost-worker", 60_000)) is not None
+    slow = [await q.lanes.enqueue(f"l{i}", "slow") for i in range(3)]
+    c = echomq.Consumer(
+        q, handler, lease_ms=4_000, lapse_ms=1_200, concurrency=4, reap_interval_ms=100
+    )
+    task = asyncio.create_task(c.run())
+    try:
+        await wait_for(lambda: _holds(q, c.worker_id, 3))
+        await asyncio.sleep(0.3)  # a sweep or two since the claims: the gap is the freeze
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(2.5)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        frozen.set()
+        await wait_for(lambda: completed(q, 3), 20)
+        # the ghost's grace runs out: reaped, then delivered to the live worker
+        await wait_for(lambda: completed(q, 4), 20)
+    finally:
+        c.stop()
+        await asyncio.wait_for(task, 20)
+    stats = await q.stats()
+    assert stats["counters"].get("outages", 0) >= 1
+    for jid in slow:
+        info = await q.jobs.get(jid)
+        assert info is not None and info.state == "completed" and info.stalls == 0, info
+    assert set(runs.values()) == {1} and sorted(runs) == sorted([*slow, ghost])
+    orphan = await q.jobs.get(ghost)
+    assert orphan is not None and orphan.stalls == 1 and orphan.state == "completed"
+    assert stats["counters"].get("reaped", 0) == 1
+
+
+async def _holds(q: echomq.Queue, worker_id: str, n: int) -> bool:
+    return int(await q.conn.scard(q.keys.worker_jobs(worker_id))) >= n
 
 
 # -- a cluster client -------------------------------------------------------------------
