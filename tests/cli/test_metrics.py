@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ from tests.cli.test_up import alive_workers, client
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+ALERTS = PROMETHEUS / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "codemojex.json"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 # What Prometheus adds itself to every target.
@@ -107,6 +110,35 @@ def test_the_alert_rules_and_the_dashboard_parse_and_say_what_they_need() -> Non
         assert not re.search(r"sum\b[^()]*\(\s*(rate\()?codemojex_(queue|reclaims|stale)", expr), (
             where
         )
+
+
+def _promtool(*args: str, cwd: Path) -> None:
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool (Prometheus) is not installed here")
+    done = subprocess.run(
+        ["promtool", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests(tmp_path: Path) -> None:
+    _promtool("check", "rules", ALERTS.name, cwd=PROMETHEUS)
+    _promtool("test", "rules", "alerts.test.yml", cwd=PROMETHEUS)
+    # The config names the rules where compose mounts them; check it where they are here.
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text(encoding="utf-8"))
+    config["rule_files"] = [str(PROMETHEUS / Path(f).name) for f in config["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+
+
+def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+    rules = [
+        {"record": f"codemojex:panel_{i}", "expr": expr}
+        for i, expr in enumerate(dashboard_expressions().values())
+    ]
+    doc = {"groups": [{"name": "dashboard", "rules": rules}]}
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    _promtool("check", "rules", "panels.yml", cwd=tmp_path)
 
 
 # -- a real up ---------------------------------------------------------------------------------
