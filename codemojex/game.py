@@ -13,7 +13,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, cast
 
-import redis.asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
@@ -25,6 +24,7 @@ from codemojex.guesses import Accepted, Guesses
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
 from echomq.codec import text
+from echomq.connection import Client
 
 log = logging.getLogger("codemojex.game")
 
@@ -44,7 +44,7 @@ class NewPlayer:
 
 
 class Game:
-    def __init__(self, conn: redis.asyncio.Redis, engine: AsyncEngine, config: Config) -> None:
+    def __init__(self, conn: Client, engine: AsyncEngine, config: Config) -> None:
         self.conn = conn
         self.engine = engine
         self.config = config
@@ -258,7 +258,7 @@ class Game:
         return out
 
 
-async def _members(conn: redis.asyncio.Redis, key: str) -> list[str]:
+async def _members(conn: Client, key: str) -> list[str]:
     """Every member of the sorted set ``key``, as text, in score order."""
     raw = cast(list[bytes], await conn.zrange(key, 0, -1))
     return [text(x) for x in raw]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
 import redis.asyncio
 
 from echomq.server import EmbeddedValkey
+from tests.cluster import ValkeyCluster
 from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
 
 
@@ -39,10 +41,38 @@ def valkey_url(valkey_server: EmbeddedValkey) -> str:
     return valkey_server.url
 
 
+@pytest.fixture(scope="session")
+def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyCluster]:
+    """The session's real Valkey Cluster: three masters, no replicas (a test that kills a
+    node starts its own ``ValkeyCluster``). Started only when a test asks for it."""
+    cluster = ValkeyCluster(tmp_path_factory.mktemp("cluster"), masters=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-async def redis_conn(valkey_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    """A fresh asyncio client (bytes in, bytes out) on the session server, closed after."""
-    conn = redis.asyncio.Redis.from_url(valkey_url, decode_responses=False)
+def valkey_backend(request: pytest.FixtureRequest) -> str:
+    """``"single"`` (the session server) or ``"cluster"`` (``valkey_cluster``): what
+    ``redis_conn`` talks to. A module runs on both by listing itself in the
+    ``VALKEY_BACKENDS`` of its package's conftest (see tests/echomq/conftest.py)."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture
+async def redis_conn(
+    valkey_backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[redis.asyncio.Redis]:
+    """A fresh asyncio client (bytes in, bytes out) on the session server, or a
+    ``RedisCluster`` on the session cluster, closed after."""
+    conn: Any
+    if valkey_backend == "cluster":
+        conn = request.getfixturevalue("valkey_cluster").client(decode_responses=False)
+    else:
+        url = request.getfixturevalue("valkey_url")
+        conn = redis.asyncio.Redis.from_url(url, decode_responses=False)
     try:
         yield conn
     finally:

@@ -7,6 +7,30 @@ import pytest
 
 import echomq
 
+# The contract suites that run twice, on one node and on the session's 3-master cluster
+# (as SAQ runs its suite once per backend). A test that reaches the single server itself
+# (``valkey_url``, ``valkey_server``: spawned processes, restarts) runs on one node only.
+VALKEY_BACKENDS = ("single", "cluster")
+PER_BACKEND = {
+    "tests.echomq.test_transitions",
+    "tests.echomq.test_consumer",
+    "tests.echomq.test_admission",
+    "tests.echomq.test_fair_order",
+    "tests.echomq.test_faults",
+    "tests.echomq.test_reaper_lock",
+}
+_SINGLE_ONLY = {"valkey_url", "valkey_server"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = set(metafunc.fixturenames)
+    if (
+        metafunc.module.__name__ in PER_BACKEND
+        and "valkey_backend" in names
+        and not names & _SINGLE_ONLY
+    ):
+        metafunc.parametrize("valkey_backend", VALKEY_BACKENDS, indirect=True)
+
 
 @pytest.fixture
 async def q(redis_conn: Any, queue_name: str) -> AsyncIterator[echomq.Queue]:
