@@ -6,6 +6,7 @@ beyond caches of immutable things (rounds).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
@@ -297,6 +298,9 @@ def _guess_view(
 FLOOR_CURSOR = "cmx:floor:reached_ms"  # the latest death time the durable floor has seen
 ARCHIVE_BATCH = 200
 ARCHIVE_OVERLAP_MS = 1_000
+# Dead jobs kept in Valkey (where an operator's retry finds them); older ones already on
+# the durable floor leave it, so a long run of failures cannot fill Valkey's memory.
+DEAD_KEPT = 10_000
 
 
 class Admin:
@@ -331,15 +335,15 @@ class Admin:
             "counters": counters,
         }
 
-    async def archive_dead(self, batch: int = ARCHIVE_BATCH) -> int:
+    async def archive_dead(self, batch: int = ARCHIVE_BATCH, keep: int = DEAD_KEPT) -> int:
         """Copy every dead job not yet on the durable floor into SQL, ``batch`` at a time;
-        returns how many deaths this recorded.
+        returns how many deaths this recorded. Then keep at most ``keep`` dead jobs in
+        Valkey: the oldest of those already on the floor leave it (``_trim_dead``).
 
         A sweep starts from the death time it reached last time (kept in Valkey, shared
         by every process), less ``ARCHIVE_OVERLAP_MS``: a job that died in the same
         millisecond as the last one archived, after that sweep read the set, is not
         skipped. Recording is idempotent, so the overlap costs a few no-op upserts.
-        Dead jobs stay in Valkey (an operator's retry needs their row there).
         """
         raw = await self.conn.get(FLOOR_CURSOR)
         reached = int(raw) if raw is not None else 0
@@ -365,8 +369,38 @@ class Admin:
             if page:
                 await self.conn.set(FLOOR_CURSOR, reached)
             if len(page) < batch:
-                return moved
+                break
             offset += len(page)
+        await self._trim_dead(keep, safe_before_ms=reached - ARCHIVE_OVERLAP_MS)
+        return moved
+
+    async def _trim_dead(self, keep: int, safe_before_ms: int) -> int:
+        """Discard from Valkey the oldest dead jobs beyond ``keep``, only among those that
+        died before ``safe_before_ms`` (on the durable floor for sure: a sweep recorded
+        them, and the overlap of the next one is still after them). Their floor rows stay:
+        the admin page lists them and may discard them; a retry answers 409, the queue no
+        longer holds the job. Returns how many left."""
+        excess = int(await self.conn.zcard(self.queue.keys.dead)) - keep
+        if excess <= 0 or safe_before_ms <= 0:
+            return 0
+        raw = await self.conn.zrangebyscore(
+            self.queue.keys.dead, 0, safe_before_ms, start=0, num=min(excess, 1_000)
+        )
+        ids = [text(jid) for jid in raw]
+        trimmed = 0
+        for first in range(0, len(ids), 50):  # a few connections at a time, not a thousand
+            gone = await asyncio.gather(
+                *(self.queue.jobs.discard(jid) for jid in ids[first : first + 50]),
+                return_exceptions=True,
+            )
+            for outcome in gone:
+                # retried or discarded meanwhile: not dead any more, nothing to trim
+                if isinstance(outcome, (echomq.JobNotFound, echomq.InvalidState)):
+                    continue
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                trimmed += 1
+        return trimmed
 
     async def dead_jobs(self) -> list[dict[str, Any]]:
         await self.archive_dead()
