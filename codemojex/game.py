@@ -386,7 +386,7 @@ class Admin:
         raw = await self.conn.zrangebyscore(
             self.queue.keys.dead, 0, safe_before_ms, start=0, num=min(excess, 1_000)
         )
-        ids = [text(jid) for jid in raw]
+        ids = [text(jid) for jid in cast(list[bytes], raw)]
         trimmed = 0
         for first in range(0, len(ids), 50):  # a few connections at a time, not a thousand
             gone = await asyncio.gather(
