@@ -512,6 +512,9 @@ def _banner(config: Config, base: str, supervisor_id: str, embedded: bool) -> No
         ("workers", f"{config.workers} (supervisor {supervisor_id})"),
         ("web", f"{config.web_processes} process(es) on port {config.port}"),
     ]
+    if config.metrics_port:
+        last = config.metrics_port + max(config.workers, 1) - 1
+        rows.append(("metrics", f"{base}/metrics; workers on ports {config.metrics_port}-{last}"))
     console = Console(soft_wrap=True, highlight=False)
     console.print("[bold green]Codemojex is up[/]")
     for label, value in rows:
