@@ -115,6 +115,17 @@ class Keys:
         """Set: the jobs a worker holds, so a lapsed worker's jobs are found without a scan."""
         return f"{self.prefix}wjobs:{worker_id}"
 
+    @property
+    def reaper(self) -> str:
+        """String: the id of the queue's one reaper, while it holds the lock (PX)."""
+        return f"{self.prefix}reaper"
+
+    @property
+    def swept(self) -> str:
+        """Hash {at, by}: the server time and the reaper of the queue's last sweep (an
+        outage shows as a longer gap than a live queue leaves, reap.lua)."""
+        return f"{self.prefix}swept"
+
     def seq(self, lane: str, scope: str) -> str:
         """String counter: next sequence number of ``lane`` within ``scope``."""
         return f"{self.prefix}seq:{lane}:{scope}"
