@@ -5,7 +5,11 @@ across real web and worker processes: tests/cli/test_tracing.py."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -20,6 +24,7 @@ from codemojex.score_worker import ScoreWorker
 from tests.game.test_exactly_once import new_players, wait_until
 
 LEASE_MS = 10_000
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
@@ -143,3 +148,35 @@ async def test_a_guess_is_one_trace_from_enqueue_to_completion(
         assert info is not None
         assert info.result["traceparent"].split("-")[2] == format(claim.context.span_id, "016x")
     assert len(traces) == len(jobs)  # one trace per guess
+
+
+def test_without_opentelemetry_installed_tracing_stays_off(tmp_path: Path) -> None:
+    """The SDK is an extra: asked for (OTEL_*) but not installed, a warning, no trace,
+    and every module that hooks tracing still imports and runs its off path."""
+    code = """
+import logging, sys
+sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+logging.basicConfig(level=logging.WARNING)
+import codemojex.worker, web.app
+from codemojex import tracing
+assert tracing.configure("codemojex-test") is False
+assert tracing.enqueueing("lane", "p", "r").headers is None
+with tracing.span("score"):
+    pass
+print("ok")
+"""
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    env.pop("OTEL_SDK_DISABLED", None)
+    env.pop("OTEL_TRACES_EXPORTER", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    assert "OpenTelemetry is not installed" in done.stderr
