@@ -58,7 +58,7 @@ class ClusterClient(RedisCluster):
     a failover) went to the wrong nodes: MOVED replies, and connections closed under other
     commands mid-handshake (``'NoneType' object has no attribute 'writelines'``; 9 of 10
     trials of 100 concurrent SETs). Initializing first, under the client's lock, is what
-    a warm client does anyway (tests/cluster/test_cluster_client.py)."""
+    a warm client does anyway (tests/distributed/test_cluster_client.py)."""
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if self._initialize:
