@@ -17,12 +17,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis
 import websockets
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
+from echomq.keys import Keys
 from tests.cli.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
@@ -203,3 +205,31 @@ def test_a_guess_is_one_trace_across_the_web_and_worker_processes(
     assert spans["queue.wait"].attributes["queue.wait_ms"] >= 0
     assert spans["ws.push"].attributes["ws.sockets"] == 1
     assert spans["echomq.complete"].attributes["echomq.completed"] is True
+
+
+def test_with_tracing_off_a_guess_stores_no_header(
+    start_up: Callable[..., Up], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in (
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    up = start_up("--workers", "0")  # the job stays pending: its row is there to read
+    with httpx.Client(base_url=up.base, timeout=5, trust_env=False) as http:
+        player = http.post("/api/players", json={"name": "untraced"}).json()
+        round_ = http.get("/api/round").json()
+        r = http.post(
+            "/api/guesses",
+            headers={"Authorization": f"Bearer {player['token']}"},
+            json={"round_id": round_["round_id"], "guess": round_["palette"][:4]},
+        )
+    assert r.status_code == 202, r.text
+    conn = redis.Redis.from_url(up.valkey_url)
+    try:
+        row = conn.hgetall(Keys("guesses").job(r.json()["job_id"]))
+    finally:
+        conn.close()
+    assert row[b"state"] == b"pending"  # the row is the guess's
+    assert b"headers" not in row
