@@ -307,7 +307,7 @@ class Supervisor:
         while True:
             try:
                 await control.beat_supervisor(self._redis(), self.supervisor_id, os.getpid(), host)
-            except echomq.consumer.TRANSIENT as e:
+            except echomq.TRANSIENT as e:
                 log.warning("supervisor beat failed: %s", e)
             await asyncio.sleep(BEAT_INTERVAL_S)
 
@@ -321,7 +321,7 @@ class Supervisor:
             while True:
                 try:
                     item = await conn.blpop([key], timeout=1)
-                except echomq.consumer.TRANSIENT as e:
+                except echomq.TRANSIENT as e:
                     log.warning("spawn orders unavailable: %s", e)
                     await asyncio.sleep(1)
                     continue
@@ -361,7 +361,7 @@ class Supervisor:
     async def _say_goodbye(self) -> None:
         """Record how each worker ended and leave the supervisor registry (best effort)."""
         conn = self._redis()
-        with contextlib.suppress(*echomq.consumer.TRANSIENT, redis.RedisError):
+        with contextlib.suppress(*echomq.TRANSIENT, redis.RedisError):
             async with asyncio.timeout(3):
                 for child in self.workers():
                     code = child.proc.returncode

@@ -22,6 +22,7 @@ from codemojex.config import Config
 from codemojex.game import Admin, Game
 from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
+from echomq.connection import connect_sync
 
 log = logging.getLogger("codemojex.worker")
 
@@ -34,7 +35,7 @@ async def _until_ready(game: Game) -> None:
         try:
             await game.rounds.ensure()
             return
-        except (*echomq.consumer.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
+        except (*echomq.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
             log.warning(
                 "valkey or sql unavailable (%s: %s); retrying in %.1fs", type(e).__name__, e, delay
             )
@@ -46,8 +47,8 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) 
     """Block on this worker's kill key; a kill order SIGKILLs the process on the spot,
     after noting which jobs it dies holding (the admin page and ``mash`` check that each
     of them is scored by another worker)."""
-    conn = redis.asyncio.Redis.from_url(url, socket_timeout=None)
-    note = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    conn = echomq.connect(url, socket_timeout=None)
+    note = connect_sync(url, socket_timeout=2, socket_connect_timeout=2)
     try:
         while True:
             try:
@@ -61,7 +62,7 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) 
                         extra={"worker_id": worker_id, "job_id": holding[0] if holding else None},
                     )
                     os.kill(os.getpid(), signal.SIGKILL)
-            except echomq.consumer.TRANSIENT:
+            except echomq.TRANSIENT:
                 await asyncio.sleep(1)
     finally:
         note.close()
@@ -149,7 +150,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     tasks: list[asyncio.Task[None]] = []
     try:
         await _until_ready(game)
-        with contextlib.suppress(*echomq.consumer.TRANSIENT):
+        with contextlib.suppress(*echomq.TRANSIENT):
             await control.remember_worker(game.conn, worker_id)
         tasks = [
             asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id, guesses)),

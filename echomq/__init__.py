@@ -43,6 +43,7 @@ from __future__ import annotations
 from .connection import connect
 from .consumer import Consumer, Handler
 from .errors import (
+    TRANSIENT,
     DeadlinePassed,
     DedupConflict,
     EchoMQError,
@@ -62,6 +63,7 @@ from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, WorkerInfo
 
 __all__ = [
+    "TRANSIENT",
     "Claim",
     "ClaimBatch",
     "Consumer",

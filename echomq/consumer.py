@@ -45,13 +45,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis.asyncio
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import checks
 from .codec import text
-from .errors import Retry
+from .errors import TRANSIENT, Retry
 from .ids import worker_id as mint_worker_id
 from .jobs import encode_result
 from .queue import Queue
@@ -62,14 +60,6 @@ log = logging.getLogger("echomq.consumer")
 Handler = Callable[[Claim], Awaitable[Any]]
 Source = Literal["lanes", "jobs"]
 
-# Errors that mean "Valkey is unreachable for now": wait and try again, never crash.
-TRANSIENT = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ConnectionError,
-    OSError,
-    asyncio.TimeoutError,
-)
 
 # One reaper per process and queue, whatever the number of consumers in the process.
 _REAPERS: set[str] = set()

@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# Errors that mean "Valkey is unreachable for now": wait and try again, never crash. Every
+# loop of a consumer, a worker or the supervisor treats exactly these as transient.
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
 
 class EchoMQError(Exception):
     """Base of every error EchoMQ raises."""

@@ -35,7 +35,7 @@ from codemojex.store.models import ScoreRow
 from echomq.server import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
-TRANSIENT = echomq.consumer.TRANSIENT  # "Valkey is unreachable for now"
+TRANSIENT = echomq.TRANSIENT  # "Valkey is unreachable for now"
 ARTIFACT = ROOT / "tests" / "artifacts" / "reliability.json"
 
 # -- sizes ------------------------------------------------------------------------------------
