@@ -34,6 +34,9 @@ Semantics, plainly:
 * **No busy-polling.** Idle consumers park on the wake key with BLPOP, beat rarely, and
   one reaper per queue (under a ``SET NX PX`` lock) reaps when something can come due:
   an idle consumer sends under one command a second.
+* **Headers beside the payload.** A job may carry a few str -> str headers (a trace
+  context: ``traceparent``), given at enqueue and handed back with every claim
+  (``Claim.headers``); none given, nothing is stored.
 * **Errors are survived.** A consumer's loops ride out any server error (``OOM``,
   ``READONLY``, a lost connection) with backoff; a result JSON cannot carry fails its job.
 """
