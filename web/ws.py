@@ -22,6 +22,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette import status
 from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -42,9 +43,9 @@ from web.services import Services, services_of
 
 log = logging.getLogger("codemojex.web.ws")
 
-CLOSE_UNSUPPORTED_DATA = 1003  # binary frames
-CLOSE_TOO_BIG = 1009
-CLOSE_TRY_AGAIN_LATER = 1013  # the backend failed us; the page reconnects and resumes
+CLOSE_UNSUPPORTED_DATA = status.WS_1003_UNSUPPORTED_DATA  # binary frames
+CLOSE_TOO_BIG = status.WS_1009_MESSAGE_TOO_BIG
+CLOSE_TRY_AGAIN_LATER = status.WS_1013_TRY_AGAIN_LATER  # the backend failed us; reconnect
 CLOSE_TOO_SLOW = 4008  # fell too far behind; the page resumes with after=
 
 PING_INTERVAL_S = 20.0
