@@ -1,0 +1,449 @@
+"""Mutation testing of the Lua transitions: a table of hand-written mutants, each run
+against the tests nearest it.
+
+    uv run python -m tools.mutation.lua_mutants               # every mutation
+    uv run python -m tools.mutation.lua_mutants --area fencing
+    uv run python -m tools.mutation.lua_mutants --only complete-no-token --rev HEAD
+    uv run python -m tools.mutation.lua_mutants --list
+
+mutmut and cosmic-ray mutate Python only, and the queue's guarantees live in
+``echomq/lua/``. Each row of ``MUTATIONS`` names one change a careless edit could make
+(delete a check, swap a comparison, an off-by-one, drop a write): an exact text to find
+in one script (it must occur exactly once), its replacement, and the tests that should
+notice. The runner copies the tree to ``/tmp/codemojex-mutation/lua`` (never the
+checkout: see ``tree.py``), runs each row's tests once unmutated (a red baseline voids
+the row), then applies one mutation at a time, runs its tests (``-x``, bounded) and puts
+the script back. A mutant is *killed* when a test fails, *survived* when all pass.
+
+Report: a table on the terminal, ``tools/mutation/out/lua.json`` and ``lua.html``.
+``tests/test_mutation_tables.py`` checks on every suite run that each row still finds
+its text in the current source, so the table cannot silently rot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tools.mutation.tree import OUT, ROOT, copy_tree
+
+LUA = Path("echomq/lua")
+WORK = Path("/tmp/codemojex-mutation/lua")
+RUN_TIMEOUT_S = 600  # one mutant's whole test run; a hang past this counts as "timeout"
+
+# The nearest tests of each concern, cheapest first (-x stops at the first failure).
+FENCING = (
+    "tests/echomq/test_transitions.py",
+    "tests/echomq/test_faults.py",
+    "tests/game/test_zombie_while_active.py",
+    "tests/echomq/test_consumer.py",
+)
+LANES = (
+    "tests/echomq/test_fair_order.py",
+    "tests/echomq/test_transitions.py",
+    "tests/load/test_fairness.py",
+)
+BACKOFF = ("tests/echomq/test_faults.py", "tests/echomq/test_transitions.py")
+REAP = (
+    "tests/echomq/test_transitions.py",
+    "tests/echomq/test_faults.py",
+    "tests/echomq/test_reap_ownership.py",
+)
+ADMISSION = ("tests/echomq/test_admission.py", "tests/echomq/test_transitions.py")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    area: str  # fencing | lane order | owner filtering | backoff | reaping | admission
+    file: str  # under echomq/lua/
+    find: str  # exact text, found exactly once in the file
+    replace: str
+    tests: tuple[str, ...]
+    breaks: str  # the guarantee a survivor would leave unguarded
+
+
+M = Mutation
+# fmt: off
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- fencing: the attempts counter is the token; a mismatch changes nothing --------
+    M("complete-no-token", "fencing", "complete.lua",
+      "if row[1] ~= 'active' or row[2] ~= token then",
+      "if row[1] ~= 'active' then", FENCING,
+      "a zombie completes a job another holder now owns"),
+    M("complete-no-state", "fencing", "complete.lua",
+      "if row[1] ~= 'active' or row[2] ~= token then",
+      "if row[2] ~= token then", FENCING,
+      "a completion of a released / scheduled job with the old token counts"),
+    M("complete-replay-any-token", "fencing", "complete.lua",
+      "if row[1] == 'completed' and row[2] == token then",
+      "if row[1] == 'completed' then", FENCING,
+      "a stale holder is told its completion counted (true instead of stale)"),
+    M("complete-no-replay", "fencing", "complete.lua",
+      "if row[1] == 'completed' and row[2] == token then",
+      "if false then", FENCING,
+      "a re-sent completion batch (lost reply) is reported stale"),
+    M("holds-no-token", "fencing", "include/common.lua",
+      "return row[1] == 'active' and row[2] == token",
+      "return row[1] == 'active'", FENCING,
+      "extend/fail/release by a zombie while the job is active under a newer token"),
+    M("holds-no-state", "fencing", "include/common.lua",
+      "return row[1] == 'active' and row[2] == token",
+      "return row[2] == token", FENCING,
+      "extend/fail/release of a job no longer active (released, scheduled)"),
+    M("extend-unfenced", "fencing", "extend.lua",
+      "if not holds(jk, token) then",
+      "if false then", FENCING,
+      "a zombie extends the new holder's lease"),
+    M("fail-unfenced", "fencing", "fail.lua",
+      "if not holds(jk, token) then",
+      "if false then", FENCING,
+      "a zombie fails (and reschedules) the new holder's job"),
+    M("release-unfenced", "fencing", "release.lua",
+      "if not holds(jk, token)\n",
+      "if false\n", FENCING,
+      "a zombie hands the new holder's job back"),
+    M("claim-no-token-bump", "fencing", "include/common.lua",
+      "redis.call('HINCRBY', jk, 'attempts', 1)",
+      "redis.call('HINCRBY', jk, 'attempts', 0)", FENCING,
+      "two deliveries share one token: the old holder is never fenced off"),
+    M("complete-keeps-active", "fencing", "complete.lua",
+      "redis.call('ZREM', K_ACTIVE, id)\n",
+      "\n", FENCING,
+      "a completed job stays in active and is reaped (delivered again)"),
+    # -- owner filtering: a holder acts only on what it holds --------------------------
+    M("release-any-worker", "owner filtering", "release.lua",
+      "or (worker and worker ~= '' and redis.call('HGET', jk, 'worker') ~= worker) then",
+      "or false then", FENCING,
+      "a consumer releasing orphans hands back another worker's lease"),
+    M("reap-lapsed-any-worker", "owner filtering", "reap.lua",
+      "if row[1] == 'active' and row[2] == worker then",
+      "if row[1] == 'active' then", REAP,
+      "a lapsed worker's stale set reclaims jobs another worker now holds"),
+    M("reap-lapsed-any-state", "owner filtering", "reap.lua",
+      "if row[1] == 'active' and row[2] == worker then",
+      "if row[2] == worker then", REAP,
+      "a lapsed worker's finished jobs are stalled back onto their lane"),
+    M("claim-no-worker-set", "owner filtering", "include/common.lua",
+      "redis.call('SADD', wjobs_key(worker), unpack(good, first, last))",
+      "redis.call('TYPE', wjobs_key(worker))", REAP,
+      "a dead worker's jobs wait out the whole lease (not reclaimed on lapse)"),
+    # -- lane order: sparse lanes first, then the ring, alternating ---------------------
+    M("lane-no-alternation", "lane order", "lane_claim.lua",
+      "if new_left and not owed then",
+      "if new_left then", LANES,
+      "a flood of new lanes starves the ring"),
+    M("lane-never-owed", "lane order", "lane_claim.lua",
+      "  owed = fresh\n",
+      "  owed = false\n", LANES,
+      "a flood of new lanes starves the ring"),
+    M("lane-ring-to-head", "lane order", "lane_claim.lua",
+      "redis.call('RPUSH', K_RING, lane)",
+      "redis.call('LPUSH', K_RING, lane)", LANES,
+      "the ring is a stack: the busiest lane is served again at once"),
+    M("lane-ring-off-by-one", "lane order", "lane_claim.lua",
+      "if redis.call('ZCARD', lk) > 0 then",
+      "if redis.call('ZCARD', lk) > 1 then", LANES,
+      "a lane left with one job drops out of both lists: the job is stranded"),
+    M("lane-newest-first", "lane order", "lane_claim.lua",
+      "redis.call('ZPOPMIN', lk)",
+      "redis.call('ZPOPMAX', lk)", LANES,
+      "a lane serves its newest job first"),
+    M("lane-owed-not-kept", "lane order", "lane_claim.lua",
+      "if owed then redis.call('SET', K_OWED, '1') else redis.call('DEL', K_OWED) end",
+      "", LANES,
+      "a batch of N claims orders jobs differently from N single claims"),
+    M("place-new-to-head", "lane order", "include/common.lua",
+      "redis.call('RPUSH', K_NEW, lane)",
+      "redis.call('LPUSH', K_NEW, lane)", LANES,
+      "activations are served last-in first-out"),
+    M("place-activate-always", "lane order", "include/common.lua",
+      "if redis.call('ZCARD', lk) == 1 then",
+      "if redis.call('ZCARD', lk) >= 1 then", LANES,
+      "a busy lane re-joins `new` on every arrival: mashing jumps the queue"),
+    M("place-never-activate", "lane order", "include/common.lua",
+      "if redis.call('ZCARD', lk) == 1 then",
+      "if false then", LANES,
+      "a lane that becomes non-empty is in no list: its jobs are never claimed"),
+    # -- backoff: base * 2^(failures-1), capped at cap/(1+ratio), jitter within the cap -
+    M("backoff-off-by-one", "backoff", "fail.lua",
+      "2 ^ (failures - 1)",
+      "2 ^ failures", BACKOFF,
+      "the first retry waits twice the base"),
+    M("backoff-triples", "backoff", "fail.lua",
+      "2 ^ (failures - 1)",
+      "3 ^ (failures - 1)", BACKOFF,
+      "retries spread out faster than documented"),
+    M("backoff-no-plateau", "backoff", "fail.lua",
+      "math.min(tonumber(ARGV[6]) * 2 ^ (failures - 1), cap / (1 + ratio))",
+      "tonumber(ARGV[6]) * 2 ^ (failures - 1)", BACKOFF,
+      "the doubling goes on past the cap (only the final clamp holds)"),
+    M("backoff-no-cap", "backoff", "fail.lua",
+      "math.floor(math.min(delay * (1 + ratio * tonumber(ARGV[5])), cap))",
+      "math.floor(delay * (1 + ratio * tonumber(ARGV[5])))", BACKOFF,
+      "a jittered delay passes the cap"),
+    M("backoff-no-jitter", "backoff", "fail.lua",
+      "delay * (1 + ratio * tonumber(ARGV[5]))",
+      "delay", BACKOFF,
+      "retries of a burst of failures run in step (a herd)"),
+    M("backoff-jitter-sign", "backoff", "fail.lua",
+      "(1 + ratio * tonumber(ARGV[5]))",
+      "(1 - ratio * tonumber(ARGV[5]))", BACKOFF,
+      "jitter inverted (the client's draw is symmetric: see docs/testing.md)"),
+    M("backoff-zero-delay-is-backoff", "backoff", "fail.lua",
+      "if delay < 0 then",
+      "if delay <= 0 then", BACKOFF,
+      "an explicit retry_in=0 waits the backoff instead"),
+    M("fail-not-scheduled", "backoff", "fail.lua",
+      "redis.call('ZADD', K_SCHEDULED, now + delay, id)",
+      "", BACKOFF,
+      "a failed job is never retried"),
+    M("fail-one-extra-delivery", "backoff", "fail.lua",
+      ">= (tonumber(row[3] or '1') or 0) then",
+      "> (tonumber(row[3] or '1') or 0) then", BACKOFF,
+      "a job is delivered max_attempts + 1 times"),
+    # -- reaping -------------------------------------------------------------------------
+    M("stall-one-extra-delivery", "reaping", "include/common.lua",
+      "if failures + stalls >= max then",
+      "if failures + stalls > max then", REAP,
+      "a job whose holders keep dying is delivered max_attempts + 1 times"),
+    M("reap-expired-early", "reaping", "reap.lua",
+      "redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)",
+      "redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', '+inf', 'LIMIT', 0, limit)", REAP,
+      "live leases are reclaimed before their deadline"),
+    M("reap-lock-ignored", "reaping", "reap.lua",
+      "if holder and holder ~= reaper then",
+      "if false then", ("tests/echomq/test_reaper_lock.py",),
+      "every consumer process reaps: the one-reaper lock is decoration"),
+    M("extend-no-deadline", "reaping", "extend.lua",
+      "redis.call('ZADD', K_ACTIVE, until_ms, id)",
+      "", REAP + ("tests/echomq/test_consumer.py",),
+      "an extended lease still expires at the old deadline in the reaper's view"),
+    # -- admission -----------------------------------------------------------------------
+    M("rate-off-by-one", "admission", "lane_enqueue.lua",
+      "if tokens < 1 then",
+      "if tokens < 0 then", ADMISSION,
+      "a rate-limited subject gets one more job than its burst"),
+    M("deadline-ignored", "admission", "lane_enqueue.lua",
+      "if deadline > 0 and now >= deadline then",
+      "if false then", ADMISSION,
+      "a guess past its deadline is accepted"),
+    M("dedup-other-fingerprint", "admission", "lane_enqueue.lua",
+      "if bound[2] ~= fp then",
+      "if false then", ADMISSION,
+      "a reused idempotency key with another body replays the first receipt"),
+)
+# fmt: on
+
+
+def check_table(source_root: Path = ROOT) -> list[str]:
+    """Problems with the table against the sources under ``source_root`` (empty: none)."""
+    problems = []
+    seen = set()
+    for m in MUTATIONS:
+        if m.id in seen:
+            problems.append(f"{m.id}: duplicate id")
+        seen.add(m.id)
+        path = source_root / LUA / m.file
+        if not path.is_file():
+            problems.append(f"{m.id}: no file {path}")
+            continue
+        n = path.read_text().count(m.find)
+        if n != 1:
+            problems.append(f"{m.id}: its text occurs {n} times in {m.file} (needs exactly 1)")
+        if m.find == m.replace:
+            problems.append(f"{m.id}: the replacement changes nothing")
+        for t in m.tests:
+            if not (source_root / t).is_file():
+                problems.append(f"{m.id}: no test file {t}")
+    return problems
+
+
+@dataclass
+class Outcome:
+    id: str
+    area: str
+    file: str
+    status: str  # killed | survived | timeout | stale pattern | baseline failed
+    seconds: float
+    killed_by: str
+    breaks: str
+    find: str
+    replace: str
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[str, float, str]:
+    """Run ``tests`` in ``copy``: (passed | failed | timeout, seconds, first failing test)."""
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("MUTANT_UNDER_TEST", None)
+    started = time.monotonic()
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-x", "-q", "--timeout=120"]
+    try:
+        done = subprocess.run(
+            [*cmd, *tests], check=False, cwd=copy, env=env, capture_output=True, text=True,
+            timeout=RUN_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - started, ""
+    seconds = time.monotonic() - started
+    if done.returncode == 0:
+        return "passed", seconds, ""
+    failed = _FAILED.search(done.stdout)
+    first = failed.group(1) if failed else done.stdout.strip().splitlines()[-1:][0][:200]
+    return "failed", seconds, first
+
+
+def run(mutations: list[Mutation], rev: str | None, console: Console) -> list[Outcome]:
+    copy = copy_tree(WORK, rev)
+    problems = check_table(copy)
+    stale = {p.split(":", 1)[0] for p in problems}
+    for p in problems:
+        console.print(f"[red]table:[/] {p}")
+    baselines: dict[tuple[str, ...], tuple[str, str]] = {}
+    outcomes: list[Outcome] = []
+    with Progress(
+        TextColumn("[bold]lua[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("", total=len(mutations))
+        for m in mutations:
+            bar.update(task, description=m.id)
+            started = time.monotonic()
+            if m.id in stale:
+                outcomes.append(Outcome(m.id, m.area, m.file, "stale pattern", 0, "",
+                                        m.breaks, m.find, m.replace))  # fmt: skip
+                bar.advance(task)
+                continue
+            if m.tests not in baselines:
+                bar.update(task, description=f"{m.id}: baseline of its tests")
+                result, _, first = run_tests(copy, m.tests)
+                baselines[m.tests] = (result, first)
+                if result != "passed":
+                    console.print(f"[red]baseline {result}[/] {' '.join(m.tests)}: {first}")
+            if baselines[m.tests][0] != "passed":
+                outcomes.append(Outcome(m.id, m.area, m.file, "baseline failed", 0,
+                                        baselines[m.tests][1], m.breaks, m.find, m.replace))  # fmt: skip
+                bar.advance(task)
+                continue
+            path = copy / LUA / m.file
+            original = path.read_text()
+            path.write_text(original.replace(m.find, m.replace, 1))
+            try:
+                result, _, first = run_tests(copy, m.tests)
+            finally:
+                path.write_text(original)
+            status = {"failed": "killed", "passed": "survived"}.get(result, result)
+            outcomes.append(Outcome(m.id, m.area, m.file, status, time.monotonic() - started,
+                                    first, m.breaks, m.find, m.replace))  # fmt: skip
+            style = {"killed": "green", "survived": "red"}.get(status, "yellow")
+            bar.console.print(f"[{style}]{status:9}[/] {m.id}  {first}")
+            bar.advance(task)
+    return outcomes
+
+
+def table(outcomes: list[Outcome]) -> Table:
+    t = Table(title="Lua mutants (echomq/lua), nearest tests only")
+    for col in ("id", "area", "file", "status", "s", "killed by / note"):
+        t.add_column(col, justify="right" if col == "s" else "left")
+    for o in outcomes:
+        style = {"killed": "green", "survived": "bold red"}.get(o.status, "yellow")
+        t.add_row(o.id, o.area, o.file, f"[{style}]{o.status}[/]", f"{o.seconds:.0f}",
+                  o.killed_by or o.breaks)  # fmt: skip
+    return t
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        row = out.setdefault(o.area, {"total": 0})
+        row["total"] += 1
+        row[o.status] = row.get(o.status, 0) + 1
+    return out
+
+
+def write_html(path: Path, report: dict[str, Any]) -> None:
+    rows = "\n".join(
+        "<tr class='{s}'><td>{id}</td><td>{a}</td><td>{f}</td><td>{st}</td><td>{sec:.0f}</td>"
+        "<td><code>{fi}</code><br>→ <code>{re}</code></td><td>{k}</td></tr>".format(
+            s=o["status"].replace(" ", "-"),
+            id=html.escape(o["id"]),
+            a=html.escape(o["area"]),
+            f=html.escape(o["file"]),
+            st=html.escape(o["status"]),
+            sec=o["seconds"],
+            fi=html.escape(o["find"]),
+            re=html.escape(o["replace"]) or "(deleted)",
+            k=html.escape(o["killed_by"] or o["breaks"]),
+        )
+        for o in report["outcomes"]
+    )
+    sums = "".join(
+        f"<li>{html.escape(a)}: {html.escape(json.dumps(c))}</li>"
+        for a, c in report["summary"].items()
+    )
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><title>Lua mutants</title><style>"
+        "body{font:14px sans-serif}td{border-bottom:1px solid #ddd;padding:3px 6px;"
+        "vertical-align:top}.killed td:nth-child(4){color:#080}.survived{background:#fdd}"
+        f"</style><h1>Lua mutants</h1><p>{html.escape(report['when'])}, "
+        f"{html.escape(report['rev'])}</p><ul>{sums}</ul><table><tr><th>id<th>area<th>file"
+        f"<th>status<th>s<th>mutation<th>killed by / what a survivor breaks</tr>{rows}</table>\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", nargs="*", default=[], help="mutation ids")
+    ap.add_argument("--area", nargs="*", default=[], help="areas (fencing, backoff …)")
+    ap.add_argument("--rev", help="mutate this revision (git archive) instead of the working tree")
+    ap.add_argument("--list", action="store_true", help="print the table and exit")
+    args = ap.parse_args(argv)
+    console = Console()
+    chosen = [
+        m
+        for m in MUTATIONS
+        if (not args.only or m.id in args.only) and (not args.area or m.area in args.area)
+    ]
+    if args.list:
+        for m in chosen:
+            console.print(f"[bold]{m.id}[/] ({m.area}, {m.file}): {m.breaks}")
+        return 0
+    if not chosen:
+        ap.error("no mutation matches")
+    outcomes = run(chosen, args.rev, console)
+    console.print(table(outcomes))
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rev": args.rev or "working tree",
+        "summary": summary(outcomes),
+        "outcomes": [asdict(o) for o in outcomes],
+    }
+    OUT.mkdir(exist_ok=True)
+    (OUT / "lua.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_html(OUT / "lua.html", report)
+    console.print(f"report: {OUT / 'lua.json'}, {OUT / 'lua.html'}")
+    return 0 if all(o.status == "killed" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

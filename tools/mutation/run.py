@@ -1,0 +1,346 @@
+"""Mutation testing of the Python core with mutmut, one module group at a time.
+
+    uv run python -m tools.mutation.run                  # every group
+    uv run python -m tools.mutation.run hub scores       # some groups
+    uv run python -m tools.mutation.run --focus hub      # only the guarded functions
+    uv run python -m tools.mutation.run --list           # the groups and their tests
+
+Each group maps source modules to the tests nearest them (``GROUPS``): mutmut first runs
+those tests once, recording which test executes which function, then runs each mutant
+against only the tests that reach the mutated function. A run never uses the whole suite
+(7 min); it never touches the checkout either: it works in a copy under
+``/tmp/codemojex-mutation/<group>`` (see ``tree.py``), where mutmut's settings are
+written into the copy's ``pyproject.toml`` (the real one has none, so a stray
+``mutmut run`` in the checkout does not start a whole-tree run).
+
+The report: a table per module (total, killed, survived, timeout, no tests) and every
+survivor's diff, in ``tools/mutation/out/mutmut.json`` (merged across runs by group) and
+on the terminal. Not part of ``uv run pytest``: docs/testing.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tools.mutation.tree import OUT, copy_tree
+
+WORK = Path("/tmp/codemojex-mutation")
+
+
+@dataclass(frozen=True)
+class Group:
+    modules: tuple[str, ...]  # files mutated
+    tests: tuple[str, ...]  # the nearest tests: the only ones any mutant of the group runs
+    what: str
+    # --focus: only the mutants of these functions (mutmut name globs), the ones that
+    # guard fencing, scoring, lane order, owner filtering and backoff; () = all of them
+    focus: tuple[str, ...] = ()
+
+
+GROUPS: dict[str, Group] = {
+    "rules": Group(
+        ("codemojex/rules.py",),
+        ("tests/unit/test_rules.py",),
+        "scoring rules: feedback, points, validation",
+        (
+            "codemojex.rules.x_feedback*",
+            "codemojex.rules.x_points_for*",
+            "codemojex.rules.x_round_points*",
+        ),
+    ),
+    "guesses": Group(
+        ("codemojex/guesses.py",),
+        ("tests/game/test_admission.py", "tests/web/test_admission.py"),
+        "guess submission: validate, mint, enqueue",
+    ),
+    "scores": Group(
+        ("codemojex/store/scores.py",),
+        (
+            "tests/migrations/test_scores_idempotent.py",
+            "tests/migrations/test_scores_batched.py",
+        ),
+        "scoring writes: idempotent, best per round",
+    ),
+    "hub": Group(
+        ("web/hub.py",),
+        ("tests/web/test_ws.py", "tests/web/test_ws_contract.py"),
+        "owner filtering: replay and push per player",
+        (
+            "web.hub.xǁHubǁreplay*",
+            "web.hub.xǁHubǁ_on_guess_event*",
+            "web.hub.x_score_message*",
+            "web.hub.xǁHubǁjoin*",
+            "web.hub.xǁHubǁleave*",
+            "web.hub.xǁHubǁ_offer*",
+        ),
+    ),
+    "echomq": Group(
+        (
+            "echomq/jobs.py",
+            "echomq/lanes.py",
+            "echomq/stalled.py",
+            "echomq/queue.py",
+            "echomq/keys.py",
+            "echomq/scripts.py",
+            "echomq/codec.py",
+            "echomq/ids.py",
+            "echomq/checks.py",
+            "echomq/events.py",
+            "echomq/types.py",
+            "echomq/errors.py",
+            "echomq/connection.py",
+        ),
+        (
+            "tests/echomq/test_transitions.py",
+            "tests/echomq/test_arguments.py",
+            "tests/echomq/test_admission.py",
+            "tests/echomq/test_fair_order.py",
+            "tests/echomq/test_faults.py",
+        ),
+        "fencing, backoff and lane order as the client calls them",
+        ("echomq.jobs.*", "echomq.lanes.*", "echomq.stalled.*"),
+    ),
+    "consumer": Group(
+        ("echomq/consumer.py",),
+        (
+            "tests/echomq/test_consumer.py",
+            "tests/echomq/test_consumer_faults.py",
+            "tests/echomq/test_reaper_lock.py",
+        ),
+        "the consumer loop: claim, extend, complete, release",
+    ),
+    "server": Group(
+        ("echomq/server.py",),
+        ("tests/echomq/test_server.py",),
+        "EmbeddedValkey: start, stop, config",
+    ),
+}
+
+# Shared by every group; `only_mutate` and the test selection are added per group.
+BASE: dict[str, Any] = {
+    # All three packages are copied into mutants/ so the tests import them from there and
+    # never from the editable install's checkout; only the group's modules get mutants.
+    "source_paths": ["echomq", "codemojex", "web"],
+    "also_copy": ["migrations", "alembic.ini", "bench"],
+    "use_git_change_detection": False,
+    "pytest_add_cli_args": ["--timeout=120"],
+}
+
+STATUS = {  # mutmut's exit codes, as its stats module reads them
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    37: "type check",
+    None: "not checked",
+}
+COLUMNS = ("killed", "survived", "timeout", "no tests")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(json.dumps(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def configure(copy: Path, group: Group) -> None:
+    """Append a [tool.mutmut] table for ``group`` to the copy's pyproject.toml."""
+    settings = dict(BASE)
+    settings["only_mutate"] = list(group.modules)
+    settings["pytest_add_cli_args_test_selection"] = list(group.tests)
+    pyproject = copy / "pyproject.toml"
+    text = pyproject.read_text()
+    assert "[tool.mutmut]" not in text, "pyproject.toml has its own [tool.mutmut]"
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {_toml_value(v)}" for k, v in settings.items()]
+    pyproject.write_text(text + "\n".join(lines) + "\n")
+    tomllib.loads(pyproject.read_text())  # a typo here fails now, not inside mutmut
+
+
+def verdicts(copy: Path) -> dict[str, int | None]:
+    """Every mutant's exit code so far (None: not run yet), from mutmut's meta files."""
+    out: dict[str, int | None] = {}
+    for meta in (copy / "mutants").rglob("*.py.meta"):
+        try:
+            out.update(json.loads(meta.read_text())["exit_code_by_key"])
+        except (OSError, ValueError, KeyError):
+            continue  # being rewritten right now: read it on the next poll
+    return out
+
+
+def module_of(mutant: str) -> str:
+    """``echomq.jobs.xǁJobsǁcomplete__mutmut_3`` -> ``echomq/jobs.py``."""
+    dotted = mutant.split(".x")[0] if ".x" in mutant else mutant.rsplit(".", 1)[0]
+    return dotted.replace(".", "/") + ".py"
+
+
+def diff_of(copy: Path, mutant: str) -> str:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("mutmut")), "show", mutant],
+        check=False,
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [
+        ln
+        for ln in done.stdout.splitlines()
+        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+    ]
+    return "\n".join(lines)
+
+
+def run_group(
+    name: str, group: Group, args: argparse.Namespace, console: Console
+) -> dict[str, Any]:
+    copy = WORK / name
+    if not (args.resume and (copy / "mutants").is_dir()):
+        copy_tree(copy, args.rev)
+        configure(copy, group)
+    globs = list(group.focus) if args.focus else []
+    log = OUT / f"mutmut-{name}.log"
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["nice", "-n", "10", str(Path(sys.executable).with_name("mutmut")), "run"]
+            + ["--max-children", str(args.children), *globs],
+            cwd=copy,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        with Progress(
+            TextColumn(f"[bold]{name}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar:
+            task = bar.add_task("collecting test stats", total=None)
+            while proc.poll() is None:
+                if time.monotonic() - started > args.limit:
+                    proc.terminate()
+                    proc.wait(30)
+                    break
+                seen = verdicts(copy)
+                if seen:
+                    done = sum(v is not None for v in seen.values())
+                    tally = Counter(STATUS.get(v, "other") for v in seen.values() if v is not None)
+                    bar.update(
+                        task,
+                        total=len(seen),
+                        completed=done,
+                        description=" ".join(f"{k} {tally[k]}" for k in COLUMNS if tally[k]),
+                    )
+                time.sleep(2)
+    seen = verdicts(copy)
+    rows: dict[str, Counter[str]] = {}
+    survivors = []
+    for mutant, code in sorted(seen.items()):
+        if globs and not any(fnmatch.fnmatch(mutant, g) for g in globs):
+            continue
+        status = STATUS.get(code, f"other ({code})")
+        rows.setdefault(module_of(mutant), Counter())[status] += 1
+        if status == "survived":
+            survivors.append({"mutant": mutant, "diff": diff_of(copy, mutant)})
+    return {
+        "group": name,
+        "what": group.what,
+        "tests": list(group.tests),
+        "rev": args.rev or "working tree",
+        "focus": globs,
+        "finished": proc.returncode == 0,
+        "exit_code": proc.returncode,
+        "log": str(log),
+        "seconds": round(time.monotonic() - started, 1),
+        "modules": {m: {"total": sum(c.values()), **dict(c)} for m, c in rows.items()},
+        "survivors": survivors,
+    }
+
+
+def table(results: list[dict[str, Any]]) -> Table:
+    t = Table(title="mutmut: mutants per module (nearest tests only)")
+    for col in ("group", "module", "total", *COLUMNS, "other", "s"):
+        t.add_column(col, justify="left" if col in ("group", "module") else "right")
+    for r in results:
+        for module, c in sorted(r["modules"].items()):
+            other = c["total"] - sum(c.get(k, 0) for k in COLUMNS)
+            t.add_row(
+                r["group"],
+                module,
+                str(c["total"]),
+                *(str(c.get(k, 0)) for k in COLUMNS),
+                str(other),
+                f"{r['seconds']:.0f}" + ("" if r["finished"] else " (cut)"),
+            )
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("groups", nargs="*", help=f"groups to run (default all): {', '.join(GROUPS)}")
+    ap.add_argument("--rev", help="mutate this revision (git archive) instead of the working tree")
+    ap.add_argument("--children", type=int, default=2, help="mutants tested in parallel")
+    ap.add_argument("--limit", type=float, default=3600, help="seconds per group before it is cut")
+    ap.add_argument("--focus", action="store_true", help="only each group's guarded functions")
+    ap.add_argument("--resume", action="store_true", help="reuse the last copy and its verdicts")
+    ap.add_argument("--list", action="store_true", help="print the groups and exit")
+    args = ap.parse_args(argv)
+    console = Console()
+    if args.list:
+        for name, g in GROUPS.items():
+            console.print(f"[bold]{name}[/]: {g.what}\n  mutates {', '.join(g.modules)}")
+            console.print(f"  tests   {' '.join(g.tests)}")
+            if g.focus:
+                console.print(f"  focus   {' '.join(g.focus)}")
+        return 0
+    unknown = set(args.groups) - set(GROUPS)
+    if unknown:
+        ap.error(f"unknown groups: {', '.join(sorted(unknown))}")
+    OUT.mkdir(exist_ok=True)
+    report_path = OUT / "mutmut.json"
+    results = []
+    for name in args.groups or list(GROUPS):
+        r = run_group(name, GROUPS[name], args, console)
+        results.append(r)
+        # re-read: another run (another group) may have written it meanwhile
+        report = json.loads(report_path.read_text()) if report_path.exists() else {}
+        report[name] = r
+        report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        for s in r["survivors"]:
+            console.print(f"[yellow]survived[/] {s['mutant']}\n{s['diff']}")
+        if not r["finished"]:
+            console.print(f"[red]{name}: mutmut exited {r['exit_code']}[/]; log {r['log']}")
+    console.print(table(results))
+    console.print(f"report: {report_path}")
+    return 0 if all(r["finished"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
