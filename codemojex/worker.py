@@ -22,6 +22,7 @@ from codemojex.config import Config
 from codemojex.game import Admin, Game
 from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
+from echomq.backoff import Backoff
 from echomq.connection import connect_sync
 
 log = logging.getLogger("codemojex.worker")
@@ -30,17 +31,17 @@ log = logging.getLogger("codemojex.worker")
 async def _until_ready(game: Game) -> None:
     """Valkey or SQL may be down at start (``rounds.ensure`` needs both): retry with
     backoff instead of dying."""
-    delay = 0.1
+    backoff = Backoff(first=0.1, cap=5.0, jitter=False)
     while True:
         try:
             await game.rounds.ensure()
             return
         except (*echomq.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
+            delay = backoff.next_delay()
             log.warning(
                 "valkey or sql unavailable (%s: %s); retrying in %.1fs", type(e).__name__, e, delay
             )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) -> None:

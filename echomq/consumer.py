@@ -48,6 +48,7 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from . import checks
+from .backoff import Backoff
 from .codec import text
 from .errors import TRANSIENT, Retry
 from .ids import worker_id as mint_worker_id
@@ -149,20 +150,6 @@ class _Trouble:
         if self.seen:
             log.info("%s recovered", self.where)
             self.seen.clear()
-
-
-class _Backoff:
-    """Exponential backoff with full jitter for retrying an unreachable server."""
-
-    def __init__(self, first: float = 0.05, cap: float = 2.0) -> None:
-        self.first, self.cap, self.n = first, cap, 0
-
-    async def sleep(self) -> None:
-        self.n += 1
-        await asyncio.sleep(random.uniform(0, min(self.cap, self.first * 2**self.n)))
-
-    def reset(self) -> None:
-        self.n = 0
 
 
 @dataclass(slots=True)
@@ -360,7 +347,7 @@ class Consumer:
         return side.claim_many(self.worker_id, self.lease_ms, count)
 
     async def _claim_loop(self) -> None:
-        backoff = _Backoff()
+        backoff = Backoff(first=0.1)
         trouble = _Trouble("claim")
         unsure = False  # a claim broke in flight: the server may have leased us jobs anyway
         # The last claim brought suspects (jobs whose holder died): more are likely next
@@ -580,7 +567,7 @@ class Consumer:
         if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
             retry_in = None  # a nonsense delay asked for: the default backoff
         text = f"{type(error).__name__}: {error}"[:2000]
-        backoff = _Backoff()
+        backoff = Backoff(first=0.1)
         trouble = _Trouble(f"fail of {claim.job_id}")
         key = _key(claim)
         try:
@@ -640,7 +627,7 @@ class Consumer:
         Meanwhile the lease keeper renews the stuck jobs' leases; an item whose lease
         could not be renewed for ``lease_ms`` is given up: the job is the reaper's, and
         the completion would be stale anyway."""
-        backoff = _Backoff()
+        backoff = Backoff(first=0.1)
         trouble = _Trouble("complete")
         while True:
             await self._outbox_ready.wait()

@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from codemojex.mash.ledger import Ledger
 from codemojex.mash.players import Field, Player
+from echomq.backoff import Backoff
 from echomq.ids import ulid_time_ms
 
 log = logging.getLogger("codemojex.mash.feed")
@@ -53,7 +54,7 @@ class Feed:
 
     async def run(self) -> None:
         """Follow the socket until cancelled, reconnecting with back-off."""
-        delay = BACKOFF_S[0]
+        backoff = Backoff(*BACKOFF_S)  # jittered: a field of sockets does not return in step
         while True:
             try:
                 async with connect(
@@ -64,13 +65,12 @@ class Feed:
                     compression=None,
                 ) as ws:
                     self.connects += 1
-                    delay = BACKOFF_S[0]
+                    backoff.reset()
                     async for raw in ws:
                         self._on(raw)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake, InvalidURI) as exc:
                 log.debug("socket of %s: %s: %s", self.player.name, type(exc).__name__, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_S[1])
+            await backoff.sleep()
 
     def _on(self, raw: str | bytes) -> None:
         self.messages += 1
