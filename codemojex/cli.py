@@ -429,13 +429,29 @@ def redact(url: str) -> str:
 
 def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     import redis
+    from redis.exceptions import RedisClusterException
 
+    from echomq.connection import connect_sync
     from echomq.errors import NotDurable
     from echomq.server import check_durable_sync
 
-    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    conn: Any = None
     try:
-        check_durable_sync(conn)
+        conn = connect_sync(url, socket_timeout=5, socket_connect_timeout=5)
+        if isinstance(conn, redis.RedisCluster):
+            # Every node, replicas too: any of them may be the master after a failover.
+            for node in conn.get_nodes():  # type: ignore[no-untyped-call]
+                check_durable_sync(node.redis_connection)
+        else:
+            check_durable_sync(conn)
+    except RedisClusterException as e:  # no seed node answered
+        if not unreachable_ok:
+            raise Fatal(f"cannot reach the Valkey Cluster at {redact(url)}: {e}") from None
+        print(
+            f"codemojex: Valkey Cluster at {redact(url)} is not reachable yet ({e}); "
+            "carrying on, its durability unchecked",
+            file=sys.stderr,
+        )
     except NotDurable as e:
         raise Fatal(f"refusing {redact(url)}: {e}") from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
@@ -449,7 +465,8 @@ def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     except redis.RedisError as e:
         raise Fatal(f"cannot use Valkey at {redact(url)}: {e}") from None
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 def _migrate_or_fail(url: str) -> None:

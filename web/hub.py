@@ -24,14 +24,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
-import redis.asyncio
+import redis
 
 import echomq
 from codemojex import store, tracing
 from codemojex.game import Game
+from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
 from web.metrics import Metrics
 from web.outbox import OUTBOX_LIMIT, Connection, Outgoing
@@ -104,14 +106,19 @@ class Hub:
         self._board_dirty = True
         self._board_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
-        self._reader: redis.asyncio.Redis | None = None
+        self._readers: list[Client] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         tracing.configure("codemojex-web")  # decided once per process, from OTEL_*
+        streams = (self.guess_events, self.round_events)
+        assert self.game.config.valkey_url
+        # XREAD cannot span slots: on a cluster (each queue in its own slot) every stream
+        # has a reader of its own; on one server one XREAD follows both.
+        groups = [[s] for s in streams] if is_cluster(self.game.config.valkey_url) else [streams]
         self._tasks = [
-            asyncio.create_task(self._follow(), name="hub-reader"),
+            *(asyncio.create_task(self._follow(g), name="hub-reader") for g in groups),
             asyncio.create_task(self._flush_forever(), name="hub-flusher"),
         ]
 
@@ -133,11 +140,11 @@ class Hub:
                     CLOSE_TIMEOUT_S,
                 )
         self._tasks = []
-        if self._reader is not None:
+        for reader in self._readers:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await self._reader.aclose()
-            self._reader = None
+                    await reader.aclose()
+        self._readers = []
 
     # -- sockets --------------------------------------------------------------------------------
 
@@ -232,14 +239,15 @@ class Hub:
 
     # -- the reader -----------------------------------------------------------------------------
 
-    async def _follow(self) -> None:
+    async def _follow(self, streams: Sequence[str]) -> None:
         assert self.game.config.valkey_url
-        self._reader = redis.asyncio.Redis.from_url(
+        reader = echomq.connect(
             self.game.config.valkey_url,
             socket_timeout=READER_SOCKET_TIMEOUT_S,
             socket_connect_timeout=2,
             socket_keepalive=True,
         )
+        self._readers.append(reader)
         positions: dict[Any, Any] = {}  # stream key -> last id seen
         delay = 0.1
         while True:
@@ -247,11 +255,8 @@ class Hub:
                 if not positions:
                     # Start at the streams' ends: a socket that needs older events asks for
                     # them with after= (replay), not through the live fan-out.
-                    positions = {
-                        self.guess_events: await self._last_id(self.guess_events),
-                        self.round_events: await self._last_id(self.round_events),
-                    }
-                reply = await self._reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
+                    positions = {s: await self._last_id(reader, s) for s in streams}
+                reply = await reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
                 delay = 0.1
             except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
                 log.warning(
@@ -273,9 +278,8 @@ class Hub:
                     except Exception:  # one bad event must not stop the feed
                         log.exception("events reader: could not handle %s", event.event_id)
 
-    async def _last_id(self, key: str) -> str:
-        assert self._reader is not None
-        entries = await self._reader.xrevrange(key, count=1)
+    async def _last_id(self, reader: Client, key: str) -> str:
+        entries = await reader.xrevrange(key, count=1)
         return _text(entries[0][0]) if entries else "0-0"
 
     def _on_guess_event(self, event: echomq.Event) -> None:
