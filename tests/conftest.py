@@ -28,12 +28,8 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
     machine (sequential round trips; pipelined the gap nearly vanishes), which is not enough
     to trade away testing what we ship.
     """
-    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey"), appendfsync="always")
-    server.start()
-    try:
+    with EmbeddedValkey(tmp_path_factory.mktemp("valkey"), appendfsync="always") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

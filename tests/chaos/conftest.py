@@ -46,12 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def valkey(tmp_path: Path) -> Iterator[EmbeddedValkey]:
     """This test's own valkey-server, durable like production; tests kill and restart it."""
-    server = EmbeddedValkey(tmp_path / "valkey", appendfsync="always")
-    server.start()
-    try:
+    with EmbeddedValkey(tmp_path / "valkey", appendfsync="always") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

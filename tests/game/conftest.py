@@ -15,12 +15,8 @@ from echomq.server import EmbeddedValkey
 
 @pytest.fixture(scope="module")
 def private_valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]:
-    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey"), appendfsync="everysec")
-    server.start()
-    try:
+    with EmbeddedValkey(tmp_path_factory.mktemp("valkey"), appendfsync="everysec") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -46,12 +46,8 @@ SERVER_START_TIMEOUT_S = 10.0
 @pytest.fixture(scope="module")
 def private_valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]:
     # appendfsync "no": these tests are about the edge, not about durability.
-    server = EmbeddedValkey(tmp_path_factory.mktemp("web-valkey"), appendfsync="no")
-    server.start()
-    try:
+    with EmbeddedValkey(tmp_path_factory.mktemp("web-valkey"), appendfsync="no") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
