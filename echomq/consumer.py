@@ -163,6 +163,40 @@ class _Done:
 
 
 class Consumer:
+    """Runs ``handler`` over a queue's jobs: claims under a lease, completes each job with
+    the handler's return value under its fencing token, fails it on an exception (retried
+    with backoff, dead after ``max_attempts``), and keeps the worker's heartbeat, the
+    leases of running jobs and (as the queue's one reaper, under a lock) the reaper going.
+
+    Args:
+        queue: the :class:`~echomq.Queue` to consume.
+        handler: ``async (Claim) -> result``; the result must be JSON-encodable (one that
+            is not fails its job with a clear error).
+        lease_ms: each claim's lease on the server clock, renewed while the handler runs;
+            at least 100.
+        concurrency: handlers running at once (>= 1).
+        worker_id: a branded ``WRK_…`` id; minted when not given. Never reuse one.
+        source: ``"lanes"`` (fair order over lanes) or ``"jobs"`` (the plain FIFO queue).
+        batch: at most this many jobs leased per claim call.
+        prefetch: jobs claimed beyond ``concurrency`` and held ready (0 = none: a held
+            job is a job another worker cannot take).
+        heartbeat_ms: beat interval while holding jobs; default once a second, or three
+            times per ``lapse_ms`` when that is shorter. Must be < ``lapse_ms``.
+        lapse_ms: after this long without a beat, a worker that holds jobs is presumed
+            dead and its jobs are reaped (fencing makes a slow-but-alive one harmless).
+        reap_interval_ms: the reaper's shortest pause; a dead holder's job comes back
+            within its deadline + this.
+        park_max_ms: the longest BLPOP on the wake key when idle (>= 10).
+        idle_heartbeat_ms: beat interval while holding nothing (never below
+            ``heartbeat_ms``); its deadline leaves room for two lost beats.
+        grace_ms: on :meth:`stop`, how long running handlers may finish before their jobs
+            are released; default ``lease_ms``.
+        reaper: take part in the queue's reaper election (off for a consumer that must
+            never reap, e.g. in a test).
+        meta: called at each beat; its fields are stored on the worker's registry row
+            (shown by ``Queue.workers()``).
+    """
+
     def __init__(
         self,
         queue: Queue,
@@ -290,6 +324,9 @@ class Consumer:
         self._stopping.set()
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Consume until :meth:`stop` (or SIGTERM/SIGINT with
+        ``install_signal_handlers``), then drain. Raises ``RuntimeError`` if one of the
+        consumer's background loops ends unexpectedly, instead of running half-alive."""
         loop = asyncio.get_running_loop()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
