@@ -24,6 +24,15 @@ from codemojex.errors import Conflict, JobNotFound, NotYourGuess, RoundNotFound,
 from codemojex.guesses import Accepted, Guesses
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
+from codemojex.views import (
+    DeadJobView,
+    GuessView,
+    QueueCounters,
+    QueueView,
+    RoundView,
+    Standing,
+    WorkerView,
+)
 from echomq.codec import text
 from echomq.connection import Client
 
@@ -49,7 +58,14 @@ class Game:
         self.conn = conn
         self.engine = engine
         self.config = config
-        self.queue = echomq.Queue(conn, GUESS_QUEUE)
+        replicated = config.durability == "replicated"
+        self.queue = echomq.Queue(
+            conn,
+            GUESS_QUEUE,
+            echomq.Settings(replicas=1, replica_timeout_ms=config.replica_timeout_ms)
+            if replicated
+            else None,
+        )
         self.rounds = Rounds(conn, engine, config)
         self.guesses = Guesses(self.queue, self.rounds, config)
         self._players: OrderedDict[str, store.Player] = OrderedDict()
@@ -117,7 +133,7 @@ class Game:
             info = await self.rounds.ensure()
         return info, await self.queue.server_time_ms()
 
-    async def round_view(self, round_id: str) -> dict[str, Any]:
+    async def round_view(self, round_id: str) -> RoundView:
         info = await self.rounds.get(round_id)
         if info is None:
             raise RoundNotFound("no such round")
@@ -134,7 +150,7 @@ class Game:
     ) -> Accepted:
         return await self.guesses.submit(player_id, round_id, guess, idempotency_key)
 
-    async def guess_view(self, player_id: str, job_id: str) -> dict[str, Any]:
+    async def guess_view(self, player_id: str, job_id: str) -> GuessView:
         """One of the player's own guesses, with EchoMQ's state and the score if any.
 
         SQL is read before Valkey: a score is committed before its job completes, so a
@@ -152,7 +168,7 @@ class Game:
             raise NotYourGuess("that guess belongs to another player")
         return _guess_view(job_id, info, score)
 
-    async def guesses_of(self, player_id: str, round_id: str) -> list[dict[str, Any]]:
+    async def guesses_of(self, player_id: str, round_id: str) -> list[GuessView]:
         """The player's guesses in a round: scored ones from SQL, unscored ones from Valkey.
 
         Valkey is read first: a job unfinished then and scored since is found in SQL
@@ -166,7 +182,7 @@ class Game:
             info = unfinished.pop(s.job_id, None)
             out.append(_guess_view(s.job_id, info if info and info.state == "active" else None, s))
         out += [_guess_view(jid, info, None) for jid, info in unfinished.items()]
-        return sorted(out, key=lambda g: g["seq"])
+        return sorted(out, key=lambda g: -1 if g["seq"] is None else g["seq"])
 
     async def _unfinished_of(self, player_id: str, round_id: str) -> dict[str, echomq.JobInfo]:
         # The player is the load subject of its guesses in both lane modes (its own lane,
@@ -180,7 +196,7 @@ class Game:
             and info.payload.get("player_id") == player_id
         }
 
-    async def leaderboard(self, round_id: str | None = None) -> list[dict[str, Any]]:
+    async def leaderboard(self, round_id: str | None = None) -> list[Standing]:
         if round_id is not None and await self.rounds.get(round_id) is None:
             raise RoundNotFound("no such round")
         return await store.leaderboard(self.engine, round_id=round_id)
@@ -200,14 +216,14 @@ class Game:
             log.info("health: sql unavailable: %s", e)
         return out
 
-    async def workers(self) -> list[dict[str, Any]]:
+    async def workers(self) -> list[WorkerView]:
         """Every worker known recently: alive ones from the registry, dead ones with why."""
         alive = {w.worker_id: w for w in await self.queue.workers()}
         known = await _members(self.conn, control.KNOWN)
         exits = await control.exits(self.conn)
         killed = await control.killed(self.conn)
         now = await self.queue.server_time_ms()
-        out = []
+        out: list[WorkerView] = []
         for wid in dict.fromkeys([*known, *alive]):
             # Ids are never reused, so a recorded exit is final even while the registry
             # still lists the worker (until its heartbeat lapses).
@@ -267,7 +283,7 @@ async def _members(conn: Client, key: str) -> list[str]:
 
 def _guess_view(
     job_id: str, info: echomq.JobInfo | None, score: store.ScoreRecord | None
-) -> dict[str, Any]:
+) -> GuessView:
     if score is not None:
         return {
             "job_id": job_id,
@@ -311,10 +327,10 @@ class Admin:
         self.queue = game.queue
         self.conn = game.conn
 
-    async def queue_view(self) -> dict[str, Any]:
+    async def queue_view(self) -> QueueView:
         s = await self.queue.stats()
         c = s["counters"]
-        counters = {
+        counters: QueueCounters = {
             "accepted": c.get("enqueued", 0),
             "scored": c.get("completed", 0),
             "stale_refused": sum(s["refused"].values()),
@@ -402,7 +418,7 @@ class Admin:
                 trimmed += 1
         return trimmed
 
-    async def dead_jobs(self) -> list[dict[str, Any]]:
+    async def dead_jobs(self) -> list[DeadJobView]:
         await self.archive_dead()
         rows = await store.list_dead(self.game.engine)
         return [

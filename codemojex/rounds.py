@@ -22,6 +22,7 @@ import echomq
 from codemojex import store
 from codemojex.config import Config
 from codemojex.rules import new_secret
+from codemojex.views import RoundView
 
 KEY_CURRENT = "cmx:{rounds}:current"
 # A close handled this long after closes_at means the game was down: open a fresh round
@@ -49,10 +50,10 @@ class RoundInfo:
     def is_open(self, now_ms: int) -> bool:
         return self.opens_at_ms <= now_ms < self.closes_at_ms
 
-    def public(self, now_ms: int) -> dict[str, Any]:
+    def public(self, now_ms: int) -> RoundView:
         """The round as anyone may see it: the secret only once it is closed."""
         closed = now_ms >= self.closes_at_ms
-        out: dict[str, Any] = {
+        out: RoundView = {
             "round_id": self.round_id,
             "length": self.length,
             "palette": list(self.palette),

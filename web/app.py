@@ -61,7 +61,7 @@ async def metrics(request: Request) -> Response:
     snapshot: dict[str, Any] | None = None
     try:
         async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
-            snapshot = await Admin(services.game).queue_view()
+            snapshot = dict(await Admin(services.game).queue_view())
             queue = services.game.queue
             snapshot["workers_alive"] = await queue.conn.zcard(queue.keys.workers)
     except BACKEND_ERRORS as exc:

@@ -33,6 +33,7 @@ import redis
 import echomq
 from codemojex import store, tracing
 from codemojex.game import Game
+from codemojex.views import Standing
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
 from web.metrics import Metrics
@@ -102,7 +103,7 @@ class Hub:
         self._conns: set[Connection] = set()
         self._by_player: dict[str, set[Connection]] = {}
         self._names: dict[str, str] = {}
-        self._board: list[dict[str, Any]] | None = None  # what the sockets were last sent
+        self._board: list[Standing] | None = None  # what the sockets were last sent
         self._board_dirty = True
         self._board_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
@@ -186,7 +187,7 @@ class Hub:
 
     # -- what a new socket gets first --------------------------------------------------------
 
-    async def leaderboard(self) -> list[dict[str, Any]]:
+    async def leaderboard(self) -> list[Standing]:
         """The leaderboard for a new socket: the last one broadcast while it is current."""
         if self._board is not None and not self._board_dirty:
             return self._board

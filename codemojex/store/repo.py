@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import case, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from codemojex.store._sql import dump_list, load_list, upsert_insert
 from codemojex.store.models import PlayerRow, RoundPointsRow, RoundRow, TotalRow
 from codemojex.store.records import Player, Round
+from codemojex.views import Solver, Standing
 from echomq.ids import branded
 
 __all__ = [
@@ -170,7 +171,7 @@ def _round(row: Any) -> Round:
 
 async def leaderboard(
     engine: AsyncEngine, limit: int = 100, round_id: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[Standing]:
     """The leaderboard: ``[{"player_id", "name", "points", "solved_rounds"}, …]``.
 
     All-time (``round_id=None``): every player with a scored guess, by total points, ties
@@ -199,10 +200,10 @@ async def leaderboard(
         )
     async with engine.connect() as conn:
         result = await conn.execute(stmt.limit(limit))
-        return [dict(row) for row in result.mappings()]
+        return [cast(Standing, dict(row)) for row in result.mappings()]
 
 
-async def round_solvers(engine: AsyncEngine, round_id: str) -> list[dict[str, Any]]:
+async def round_solvers(engine: AsyncEngine, round_id: str) -> list[Solver]:
     """Who solved ``round_id``, in acceptance order of their solving guess.
 
     ``[{"player_id", "name", "seq"}, …]`` where ``seq`` is that of the earliest solving
@@ -216,4 +217,4 @@ async def round_solvers(engine: AsyncEngine, round_id: str) -> list[dict[str, An
         .order_by(rp.reached_at_ms, rp.best_job_id)
     )
     async with engine.connect() as conn:
-        return [dict(row) for row in (await conn.execute(stmt)).mappings()]
+        return [cast(Solver, dict(row)) for row in (await conn.execute(stmt)).mappings()]
