@@ -213,8 +213,9 @@ def enqueue_call(q: Queue, source: str, i: int, lanes: int, payload: bytes) -> C
         lane = f"L{i % lanes:03d}"
         return (
             SCRIPTS["lane_enqueue"],
-            [k.prefix, k.job(jid), k.lane(lane), k.seq(lane, "")],
-            [jid, lane, payload, 5, 0, 0, 0, q.settings.seq_ttl_ms, 0],
+            [k.prefix, k.job(jid), k.lane(lane), k.seq(lane, ""), k.dedup(""), k.rate("")],
+            # no cap, deadline, seq, load subject, dedup or rate limit; no headers
+            [jid, lane, payload, 5, 0, 0, 0, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
         )
     return (SCRIPTS["enqueue"], [k.prefix, k.job(jid)], [jid, payload, 5, 0, 0])
 
