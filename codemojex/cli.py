@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("codemojex")
 
 GRACEFUL_SHUTDOWN_S = 5
+DURABILITY = ("local", "replicated")
 _HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
 
 
@@ -168,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     web = sub.add_parser("web", parents=[common, game, serving], help="one web server")
     web.add_argument("--access-log", action="store_true", help="log every request")
+    web.add_argument(
+        "--durability",
+        choices=DURABILITY,
+        default=None,
+        help="local: a 202 guess is on the master's AOF; replicated: also on a replica "
+        "(WAIT), else 503 (local; CODEMOJEX_DURABILITY)",
+    )
     web.set_defaults(run=_web)
 
     worker = sub.add_parser(
@@ -217,6 +225,11 @@ def _config(args: argparse.Namespace) -> Config:
         raise Fatal("--concurrency must be 1 or more and --prefetch 0 or more")
     if not 0 <= config.guess_rate < math.inf or (config.guess_rate and config.guess_burst < 1):
         raise Fatal("--guess-rate must be 0 (off) or more, and --guess-burst 1 or more")
+    if config.durability not in DURABILITY or config.replica_timeout_ms < 1:
+        raise Fatal(
+            f"--durability must be one of {', '.join(DURABILITY)}, and "
+            "CODEMOJEX_REPLICA_TIMEOUT_MS 1 or more"
+        )
     if not 0 <= config.metrics_port <= 65535:
         raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
     return config

@@ -58,6 +58,11 @@ class Config:
     sockets_per_process: int = 10_000
     replay_max_events: int = 10_000
     appendfsync: str = "always"
+    # What a 202 for a guess promises (docs/reliability.md): "local", the master's AOF
+    # (appendfsync); "replicated", also on a replica (WAIT 1 within replica_timeout_ms,
+    # else 503 unavailable with Retry-After), so it survives the master's loss.
+    durability: str = "local"
+    replica_timeout_ms: int = 1_000
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 2

@@ -24,6 +24,7 @@ from codemojex.errors import (
     RateLimited,
     RoundClosed,
     RoundNotFound,
+    Unavailable,
     retry_after_s,
 )
 from codemojex.rounds import Rounds
@@ -110,6 +111,14 @@ class Guesses:
                     f"at most {_rate_text(rate)} guesses a second (bursts of {config.guess_burst});"
                     f" slow down and try again in {wait_s} s"
                 ),
+            ) from None
+        except echomq.NotReplicated:
+            # Never a 202 that a failover could take back: the guess may exist on the
+            # master, so a retry with the same Idempotency-Key is answered as a replay.
+            raise Unavailable(
+                "the guess was not confirmed on a replica in time; try again "
+                "(with the same Idempotency-Key)",
+                retry_after_s=1,
             ) from None
         except echomq.LaneFull:
             raise LaneFull(

@@ -59,6 +59,19 @@ class DedupConflict(EchoMQError):
         self.job_id = job_id
 
 
+class NotReplicated(EchoMQError):
+    """The enqueue ran on the master, but fewer than ``wanted`` replicas confirmed it
+    within the timeout (``Settings.replicas``). The job ``job_id`` may exist and be
+    claimed, or be lost if the master fails now: do not acknowledge it as safe. Enqueueing
+    the same id (or dedup key) again is a replay, which waits for the replicas again."""
+
+    def __init__(self, job_id: str, acked: int, wanted: int) -> None:
+        super().__init__(f"job {job_id}: {acked} of {wanted} replicas confirmed it in time")
+        self.job_id = job_id
+        self.acked = acked
+        self.wanted = wanted
+
+
 class RateLimited(EchoMQError):
     """The rate subject's token bucket is empty; nothing was enqueued and no token taken.
     ``retry_after_ms``: when the next token is due (server clock)."""

@@ -75,11 +75,12 @@ class Jobs:
         encoded_headers = encode_headers(headers)
         body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
-        reply = await self._run(
+        reply, acked = await self._q.enqueue_call(
             SCRIPTS["enqueue"],
             [self._keys.prefix, self._keys.job(jid)],
             [jid, body, max_attempts, delay_ms, attempts, encoded_headers],
         )
+        self._q.confirm(text(reply[1]), acked)
         return text(reply[1])
 
     async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:

@@ -98,6 +98,13 @@ class Keys:
         return f"{self.prefix}events"
 
     @property
+    def replicated(self) -> str:
+        """String counter written right after each enqueue that waits for replicas, on
+        the same connection, so that WAIT covers the job even when the enqueue itself
+        wrote nothing (a replay of a job another connection created)."""
+        return f"{self.prefix}replicated"
+
+    @property
     def wake(self) -> str:
         """List that idle consumers BLPOP; holds at most one token."""
         return f"{self.prefix}wake"

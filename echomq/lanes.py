@@ -155,7 +155,7 @@ class Lanes:
                 raise ValueError("rate_burst must be >= 1 when rate_per_s > 0")
         encoded_headers = encode_headers(headers)
         jid = job_id or mint_job_id()
-        reply = await self._q.runner.run(
+        reply, acked = await self._q.enqueue_call(
             SCRIPTS["lane_enqueue"],
             [
                 self._keys.prefix,
@@ -192,6 +192,7 @@ class Lanes:
             raise DedupConflict(dedup_key, text(reply[1]))
         if code == -4:
             raise RateLimited(str(rate_subject), int(reply[1]))
+        self._q.confirm(text(reply[1]), acked)  # a replay waits for the replicas too
         seq = int(reply[2])
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from . import checks
 from .codec import text
+from .errors import NotReplicated
 from .events import Events
 from .jobs import Jobs
 from .keys import Keys
 from .lanes import Lanes
-from .scripts import SCRIPTS, Runner
+from .scripts import SCRIPTS, Arg, Runner, Script
 from .settings import Settings
 from .stalled import Stalled
 from .types import WorkerInfo
@@ -36,6 +38,29 @@ class Queue:
     def using(self, conn: Any) -> Queue:
         """The same queue on another connection (e.g. a dedicated one for blocking calls)."""
         return Queue(conn, self.name, self.settings)
+
+    async def enqueue_call(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg]
+    ) -> tuple[Any, int]:
+        """Run an enqueue script: ``(reply, replicas that confirmed it)``. With
+        ``settings.replicas`` the call also waits (``WAIT``) for that many replicas, at most
+        ``settings.replica_timeout_ms``; without, it sends nothing more and reports 0."""
+        wanted = self.settings.replicas
+        if not wanted:
+            return await self.runner.run(script, keys, args), 0
+        return await self.runner.run_replicated(
+            script,
+            keys,
+            args,
+            mark=self.keys.replicated,
+            replicas=wanted,
+            timeout_ms=self.settings.replica_timeout_ms,
+        )
+
+    def confirm(self, job_id: str, acked: int) -> None:
+        """Raise :class:`NotReplicated` unless ``settings.replicas`` confirmed ``job_id``."""
+        if acked < self.settings.replicas:
+            raise NotReplicated(job_id, acked, self.settings.replicas)
 
     async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
         """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},

@@ -65,6 +65,48 @@ class Runner:
         except NoScriptError:
             return await self.conn.eval(script.source, len(keys), *keys, *args)
 
+    async def run_replicated(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        *,
+        mark: str,
+        replicas: int,
+        timeout_ms: int,
+    ) -> tuple[Any, int]:
+        """``(reply, replicas that acknowledged it)``: the script, then ``INCR mark`` (a key
+        of the script's slot) and ``WAIT replicas timeout_ms``, all three on one connection
+        of the node serving the slot. WAIT counts the replicas that have everything this
+        connection wrote, so the mark makes it cover a job the script only found (a
+        replay). On a cluster, a call redirected while in flight (MOVED after a failover)
+        confirms nothing: its WAIT ran on another node's connection."""
+        conn = self.conn
+        cluster = hasattr(conn, "get_node_from_key")
+        for cmd in (("EVALSHA", script.sha), ("EVAL", script.source)):
+            if cluster:
+                if getattr(conn, "_initialize", False):
+                    await conn.initialize()
+                node = conn.get_node_from_key(keys[0])
+                pipe = conn.pipeline()
+                wait: dict[str, Any] = {"target_nodes": node}
+            else:
+                pipe = conn.pipeline(transaction=False)
+                wait = {}
+            pipe.execute_command(*cmd, len(keys), *keys, *args)
+            pipe.execute_command("INCR", mark)
+            pipe.execute_command("WAIT", replicas, timeout_ms, **wait)
+            reply, marked, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and cmd[0] == "EVALSHA":
+                continue
+            for r in (reply, marked, acked):
+                if isinstance(r, Exception):
+                    raise r
+            if cluster and conn.get_node_from_key(keys[0]).name != node.name:
+                return reply, 0
+            return reply, int(acked)
+        raise AssertionError("unreachable: EVAL never answers NOSCRIPT")
+
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipeline many calls in one round trip (not a transaction: each script is atomic
         on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL."""
