@@ -56,7 +56,11 @@ LANES = (
     "tests/echomq/test_transitions.py",
     "tests/load/test_fairness.py",
 )
-BACKOFF = ("tests/echomq/test_faults.py", "tests/echomq/test_transitions.py")
+BACKOFF = (
+    "tests/echomq/test_faults.py",
+    "tests/echomq/test_backoff_edges.py",
+    "tests/echomq/test_transitions.py",
+)
 REAP = (
     "tests/echomq/test_transitions.py",
     "tests/echomq/test_faults.py",

@@ -115,6 +115,11 @@ GROUPS: dict[str, Group] = {
         "fencing, backoff and lane order as the client calls them",
         ("echomq.jobs.*", "echomq.lanes.*", "echomq.stalled.*"),
     ),
+    "backoff": Group(
+        ("echomq/backoff.py",),
+        ("tests/unit/test_backoff.py",),
+        "the client-side backoff of every reconnect loop (doubling, cap, jitter)",
+    ),
     "consumer": Group(
         ("echomq/consumer.py",),
         (
