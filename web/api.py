@@ -92,7 +92,10 @@ async def guess_by_id(request: Request) -> Response:
 
 
 async def leaderboard(request: Request) -> Response:
-    round_id = request.query_params.get("round_id") or None
+    round_id = request.query_params.get("round_id")
+    if round_id == "":
+        # As for GET /api/guesses: a parameter given empty is malformed, not "all rounds".
+        raise InvalidBody("round_id must not be empty (leave it out for all rounds)")
     if round_id is not None and not is_branded(round_id, "RND"):
         raise RoundNotFound("no such round")
     players = await services_of(request).game.leaderboard(round_id)

@@ -71,11 +71,11 @@ async def metrics(request: Request) -> Response:
     return Response(body, headers={"Content-Type": content_type})
 
 
-_OPENAPI = openapi_document()
-
-
-async def openapi(_request: Request) -> Response:
-    return JSONResponse(_OPENAPI)
+async def openapi(request: Request) -> Response:
+    config: Config = services_of(request).config
+    # Built on first use, off the event loop (its name patterns walk all of Unicode).
+    doc = await asyncio.to_thread(openapi_document, config.length, tuple(config.palette))
+    return JSONResponse(doc)
 
 
 def create_app(config: Config) -> Starlette:

@@ -6,9 +6,15 @@ check order, Retry-After — and not merely whatever the handlers happen to acce
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
-from web.errors import MAX_BODY_BYTES
+from codemojex.names import MAX_MARKS_PER_GRAPHEME, NAME_MAX_CHARS
+from codemojex.rules import DEFAULT_LENGTH, DEFAULT_PALETTE
+from web.errors import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY_CHARS
+from web.name_pattern import name_patterns
 
 _ERROR_CODES = [
     "invalid_body",
@@ -64,17 +70,7 @@ _SCHEMAS: dict[str, Any] = {
             "detail": {"type": "string"},
         }
     ),
-    "NewPlayerBody": _obj(
-        {
-            "name": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 32,
-                "description": "no control, format or other invisible characters",
-            }
-        },
-        additionalProperties=True,
-    ),
+    "NewPlayerBody": _obj({"name": {"$ref": "#/components/schemas/PlayerName"}}),
     "NewPlayer": _obj(
         {
             "player_id": _ID["PLR"],
@@ -105,13 +101,7 @@ _SCHEMAS: dict[str, Any] = {
         },
         ["round_id", "length", "palette", "opens_at", "closes_at", "state"],
     ),
-    "GuessBody": _obj(
-        {
-            "round_id": _ID["RND"],
-            "guess": {**_EMOJIS, "description": "exactly `length` palette emojis"},
-        },
-        additionalProperties=True,
-    ),
+    # GuessBody is the deployment's: see _guess_body().
     "Accepted": _obj({"job_id": _ID["JOB"], "seq": {"type": "integer", "minimum": 0}}),
     "Score": _obj(
         {
@@ -155,6 +145,13 @@ _SCHEMAS: dict[str, Any] = {
         {"status": {"type": "string"}, "valkey": {"type": "boolean"}, "sql": {"type": "boolean"}},
         ["valkey", "sql"],
     ),
+    "HealthDown": {
+        "description": "unavailable, and which of the two did not answer",
+        "allOf": [
+            _ref("Error"),
+            _obj({"valkey": {"type": "boolean"}, "sql": {"type": "boolean"}}),
+        ],
+    },
     "Worker": _obj(
         {
             "worker_id": {"type": "string"},
@@ -175,6 +172,12 @@ _SCHEMAS: dict[str, Any] = {
     ),
     "Workers": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
     "WorkerId": _obj({"worker_id": {"type": "string"}}, ["worker_id"]),
+    "KillOrdered": _obj(
+        {
+            "worker_id": {"type": "string"},
+            "state": {"type": "string", "const": "kill ordered"},
+        }
+    ),
     "Queue": _obj(
         {
             **{
@@ -209,7 +212,13 @@ _SCHEMAS: dict[str, Any] = {
     "JobState": _obj({"job_id": _ID["JOB"], "state": {"type": "string"}}),
 }
 
-_RETRY_AFTER = {"Retry-After": {"description": "whole seconds", "schema": {"type": "integer"}}}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "whole seconds, at least 1",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
 _RESPONSES: dict[str, Any] = {
     f"E{status}": {
         **_json(_ref("Error"), text),
@@ -222,7 +231,7 @@ _RESPONSES: dict[str, Any] = {
         404: "not_found: unknown round, job or path",
         405: "method_not_allowed",
         409: "round_closed, idempotency_conflict or conflict",
-        408: "request_timeout: the body did not arrive in time",
+        408: "request_timeout: the body did not arrive in time (the connection is closed)",
         413: f"body_too_large: more than {MAX_BODY_BYTES} bytes",
         429: "lane_full: too many guesses pending (accepted, not yet scored); or "
         "rate_limited: guesses (or new players from one address) sent faster than the "
@@ -230,6 +239,43 @@ _RESPONSES: dict[str, Any] = {
         503: "unavailable: Valkey or SQL is down; retry after Retry-After",
     }.items()
 }
+
+
+def _player_name() -> dict[str, Any]:
+    made_of, not_blank = name_patterns()
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": NAME_MAX_CHARS,
+        "description": (
+            f"1-{NAME_MAX_CHARS} code points, judged grapheme by grapheme "
+            "(codemojex.names): no control, format (except U+200D inside an emoji "
+            "sequence), surrogate, unassigned or line/paragraph-separator character; no "
+            "character that draws nothing (default-ignorable, U+2800) as a grapheme's "
+            "base; no combining mark without a base of its own or on a space; at most "
+            f"{MAX_MARKS_PER_GRAPHEME} marks on one base; not blank. The patterns "
+            "(ECMA-262 with the u flag; literal characters of the server's Unicode "
+            "version) state the same rules by grapheme-like units: the first says what "
+            "a name is made of, the second that it holds more than spaces."
+        ),
+        "allOf": [{"pattern": made_of}, {"pattern": not_blank}],
+    }
+
+
+def _guess_body(length: int, palette: Sequence[str]) -> dict[str, Any]:
+    return _obj(
+        {
+            "round_id": _ID["RND"],
+            "guess": {
+                "type": "array",
+                "description": "exactly `length` emojis of the palette (GET /api/round)",
+                "minItems": length,
+                "maxItems": length,
+                "items": {"type": "string", "enum": list(palette)},
+            },
+        }
+    )
+
 
 _PLAYER: list[dict[str, list[str]]] = [{"playerToken": []}]
 _ADMIN: list[dict[str, list[str]]] = [{"adminToken": []}]
@@ -262,7 +308,22 @@ def _path_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _query_param(name: str, required: bool) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": required, "schema": _ID["RND"]}
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "schema": _ID["RND"],
+        "description": "empty: 400 invalid_body; not a known round: 404",
+    }
+
+
+def _health_op(summary: str, ok: str) -> dict[str, Any]:
+    op = _op(summary, {"200": _json(_ref("Health"), ok)}, ())
+    op["responses"]["503"] = {
+        **_json(_ref("HealthDown"), "Valkey or SQL did not answer"),
+        "headers": _RETRY_AFTER,
+    }
+    return op
 
 
 _ADMIN_ERRORS = (401,)
@@ -302,7 +363,10 @@ _PATHS: dict[str, Any] = {
                         "required": False,
                         "description": "per player, kept 24 h; same body → same job_id; a "
                         "different body → 409 idempotency_conflict",
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+                        "schema": {
+                            "type": "string",
+                            "pattern": f"^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}$",
+                        },
                     }
                 ],
             )
@@ -328,19 +392,13 @@ _PATHS: dict[str, Any] = {
         "get": _op(
             "All-time leaderboard, or one round's",
             {"200": _json(_ref("Leaderboard"), "players")},
-            (404,),
+            (400, 404),
             params=[_query_param("round_id", False)],
         )
     },
-    "/healthz": {
-        "get": _op("Valkey and SQL answer", {"200": _json(_ref("Health"), "healthy")}, ())
-    },
+    "/healthz": {"get": _health_op("Valkey and SQL answer", "healthy")},
     "/readyz": {
-        "get": _op(
-            "Ready for traffic: Valkey and SQL answer (as /healthz)",
-            {"200": _json(_ref("Health"), "ready")},
-            (),
-        )
+        "get": _health_op("Ready for traffic: Valkey and SQL answer (as /healthz)", "ready")
     },
     "/livez": {
         "get": _op(
@@ -369,7 +427,12 @@ _PATHS: dict[str, Any] = {
             "The live socket (WebSocket upgrade): round, leaderboard, replay with after=, then "
             "score (own guesses only), progress, round and leaderboard messages; the client "
             "sends {type: guess, round_id, guess, client_id}",
-            {"101": {"description": "switching protocols"}},
+            {
+                "101": {"description": "switching protocols"},
+                "404": {
+                    **_json(_ref("Error"), "not_found: a plain HTTP request, not an upgrade"),
+                },
+            },
             (403,),
             params=[
                 {"name": "token", "in": "query", "required": True, "schema": {"type": "string"}},
@@ -400,7 +463,7 @@ _PATHS: dict[str, Any] = {
     "/api/admin/workers/{worker_id}/kill": {
         "post": _op(
             "SIGKILL a worker process, wherever it runs",
-            {"202": _json(_ref("WorkerId"), "kill ordered")},
+            {"202": _json(_ref("KillOrdered"), "kill ordered")},
             (*_ADMIN_ERRORS, 404, 409),
             security=_ADMIN,
             params=[_path_param("worker_id", {"type": "string"})],
@@ -443,7 +506,17 @@ _PATHS: dict[str, Any] = {
 }
 
 
-def openapi_document() -> dict[str, Any]:
+@cache
+def openapi_document(
+    length: int = DEFAULT_LENGTH, palette: tuple[str, ...] = DEFAULT_PALETTE
+) -> dict[str, Any]:
+    """The document for a deployment whose guesses are ``length`` emojis of ``palette``:
+    built once per process, on first use (the name patterns take a moment); read-only."""
+    schemas = {
+        **copy.deepcopy(_SCHEMAS),
+        "PlayerName": _player_name(),
+        "GuessBody": _guess_body(length, palette),
+    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -454,10 +527,10 @@ def openapi_document() -> dict[str, Any]:
                 f'{MAX_BODY_BYTES} bytes. Every error is {{"error": code, "detail": text}}.'
             ),
         },
-        "paths": _PATHS,
+        "paths": copy.deepcopy(_PATHS),
         "components": {
-            "schemas": _SCHEMAS,
-            "responses": _RESPONSES,
+            "schemas": schemas,
+            "responses": copy.deepcopy(_RESPONSES),
             "securitySchemes": {
                 "playerToken": {
                     "type": "http",

@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 
 from starlette import status
 from starlette.datastructures import Headers
-from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from codemojex import store
@@ -33,6 +35,7 @@ from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
     RETRY_AFTER_S,
+    NotFound,
     guess_fields,
     idempotency_key,
     parse_json_object,
@@ -276,4 +279,13 @@ async def _answer(text: str, services: Services, player: store.Player) -> dict[s
     }
 
 
-routes: list[BaseRoute] = [WebSocketRoute("/ws", socket_endpoint)]
+async def plain_http(_request: Request) -> Response:
+    """``/ws`` asked without an upgrade: nothing to get here (404, as documented); any
+    other method is 405 with ``Allow: GET``, as on every other path."""
+    raise NotFound("/ws is a websocket: open it with an upgrade")
+
+
+routes: list[BaseRoute] = [
+    WebSocketRoute("/ws", socket_endpoint),
+    Route("/ws", plain_http, methods=["GET"]),
+]
