@@ -1,7 +1,8 @@
 """A resume reads at most ``replay_max_events`` events of the stream, everyone's counted:
 a window of exactly that many is replayed (the player's own scores only), one more and
 the socket gets a ``gap`` instead (the page refetches). Found by mutation testing
-(tools/mutation/run.py, group ``hub``): nothing reached the bound of ``Hub.replay``.
+(tools/mutation/run.py, group ``hub``): nothing reached the bound of ``Hub.replay``, its
+paging, or a completion that is not a score.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+import echomq
+import web.hub
 from tests.web.conftest import Served, drain, of_type, recv, recv_until, submit, wait_completed
 
 pytestmark = pytest.mark.usefixtures("module_worker")
@@ -36,7 +39,7 @@ async def _resume(served: Served, mine: int, theirs: int) -> tuple[list[dict[str
         seen = (await recv_until(ws, of_type("score", job_id=first)))["event_id"]
     jobs = []
     for i in range(max(mine, theirs)):  # interleaved: the window is everyone's events
-        for who, n, own in ((me, mine, True), (other, theirs, False)):
+        for who, n, own in ((other, theirs, False), (me, mine, True)):
             if i < n:
                 job = await submit(served, who["token"], rid, [pal[1], pal[2], pal[3], pal[i]])
                 await wait_completed(served, who["token"], job)
@@ -55,6 +58,33 @@ async def test_a_window_of_exactly_the_budget_is_replayed_own_scores_only(served
     assert sorted(m["job_id"] for m in sent) == sorted(mine)
 
 
+async def test_a_replay_over_several_pages_sends_each_own_score_once(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages of 3 over a window of 4 (other, me, other, me): my second score is on the
+    # second page, which starts after the first page's last event and is short: the end.
+    monkeypatch.setattr(web.hub, "REPLAY_PAGE", 3)
+    sent, mine = await _resume(served, mine=2, theirs=BUDGET - 2)
+    assert [m["type"] for m in sent] == ["score", "score"]
+    assert sorted(m["job_id"] for m in sent) == sorted(mine)
+
+
 async def test_one_event_past_the_budget_is_a_gap_and_no_replay(served: Served) -> None:
     sent, _ = await _resume(served, mine=2, theirs=BUDGET - 1)
     assert [m["type"] for m in sent] == ["gap"]
+
+
+@pytest.mark.parametrize(
+    "result",
+    ["[1, 2]", '"text"', "7", '{"player_id": 7}', '{"round_id": "r"}', "not json"],
+)
+def test_a_completion_that_is_not_a_score_is_no_message(result: str) -> None:
+    event = echomq.Event("1-0", "completed", "j", {"result": result})
+    assert web.hub.score_message(event) is None
+
+
+def test_a_score_message_carries_the_owner() -> None:
+    event = echomq.Event("1-0", "completed", "j", {"result": '{"player_id": "p", "seq": 0}'})
+    message = web.hub.score_message(event)
+    assert message is not None and message["player_id"] == "p" and message["job_id"] == "j"
+    assert web.hub.score_message(echomq.Event("1-0", "failed", "j", event.fields)) is None
