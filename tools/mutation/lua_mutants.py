@@ -13,7 +13,8 @@ in one script (it must occur exactly once), its replacement, and the tests that 
 notice. The runner copies the tree to ``/tmp/codemojex-mutation/lua`` (never the
 checkout: see ``tree.py``), runs each row's tests once unmutated (a red baseline voids
 the row), then applies one mutation at a time, runs its tests (``-x``, bounded) and puts
-the script back. A mutant is *killed* when a test fails, *survived* when all pass.
+the script back. A mutant is *killed* when a test fails, *survived* when all pass, and
+*equivalent* when it survives and its row says why no test can tell it apart.
 
 Report: a table on the terminal, ``tools/mutation/out/lua.json`` and ``lua.html``.
 ``tests/test_mutation_tables.py`` checks on every suite run that each row still finds
@@ -78,6 +79,9 @@ class Mutation:
     replace: str
     tests: tuple[str, ...]
     breaks: str  # the guarantee a survivor would leave unguarded
+    # Why no test can kill it (it changes no reachable behaviour); a survivor that says
+    # so is reported "equivalent", not "survived". Empty for every ordinary row.
+    equivalent: str = ""
 
 
 M = Mutation
@@ -140,7 +144,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("reap-lapsed-any-state", "owner filtering", "reap.lua",
       "if row[1] == 'active' and row[2] == worker then",
       "if row[2] == worker then", REAP,
-      "a lapsed worker's finished jobs are stalled back onto their lane"),
+      "a lapsed worker's finished jobs are stalled back onto their lane",
+      "every script that takes a job out of `active` also deletes the row's `worker` "
+      "(unlease, complete), so a row naming the worker is always active"),
     M("claim-no-worker-set", "owner filtering", "include/common.lua",
       "redis.call('SADD', wjobs_key(worker), unpack(good, first, last))",
       "redis.call('TYPE', wjobs_key(worker))", REAP,
@@ -198,7 +204,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("backoff-no-cap", "backoff", "fail.lua",
       "math.floor(math.min(delay * (1 + ratio * tonumber(ARGV[5])), cap))",
       "math.floor(delay * (1 + ratio * tonumber(ARGV[5])))", BACKOFF,
-      "a jittered delay passes the cap"),
+      "a jittered delay passes the cap",
+      "the doubling stops at cap / (1 + ratio) and the client's jitter factor is in "
+      "[-1, 1], so delay * (1 + ratio * f) <= cap already; the clamp is a guard for a "
+      "foreign caller"),
     M("backoff-no-jitter", "backoff", "fail.lua",
       "delay * (1 + ratio * tonumber(ARGV[5]))",
       "delay", BACKOFF,
@@ -357,6 +366,8 @@ def run(mutations: list[Mutation], rev: str | None, console: Console) -> list[Ou
             finally:
                 path.write_text(original)
             status = {"failed": "killed", "passed": "survived"}.get(result, result)
+            if status == "survived" and m.equivalent:
+                status, first = "equivalent", m.equivalent
             outcomes.append(Outcome(m.id, m.area, m.file, status, time.monotonic() - started,
                                     first, m.breaks, m.find, m.replace))  # fmt: skip
             style = {"killed": "green", "survived": "red"}.get(status, "yellow")
@@ -370,7 +381,9 @@ def table(outcomes: list[Outcome]) -> Table:
     for col in ("id", "area", "file", "status", "s", "killed by / note"):
         t.add_column(col, justify="right" if col == "s" else "left")
     for o in outcomes:
-        style = {"killed": "green", "survived": "bold red"}.get(o.status, "yellow")
+        style = {"killed": "green", "equivalent": "cyan", "survived": "bold red"}.get(
+            o.status, "yellow"
+        )
         t.add_row(o.id, o.area, o.file, f"[{style}]{o.status}[/]", f"{o.seconds:.0f}",
                   o.killed_by or o.breaks)  # fmt: skip
     return t
@@ -446,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "lua.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     write_html(OUT / "lua.html", report)
     console.print(f"report: {OUT / 'lua.json'}, {OUT / 'lua.html'}")
-    return 0 if all(o.status == "killed" for o in outcomes) else 1
+    return 0 if all(o.status in ("killed", "equivalent") for o in outcomes) else 1
 
 
 if __name__ == "__main__":
