@@ -3,6 +3,7 @@ cluster's, here) and one SQLite file, plus a small HTTP player, for the distribu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 
 from tests.cli.running import ROOT, wait_until
@@ -23,10 +25,13 @@ from tests.helpers import free_port
 class Game:
     """The processes of one game; every one is killed at ``close()`` whatever happened."""
 
-    def __init__(self, root: Path, valkey_url: str, *extra: str) -> None:
+    def __init__(
+        self, root: Path, valkey_url: str, *extra: str, database_url: str | None = None
+    ) -> None:
         self.root = root
         self.valkey_url = valkey_url
         self.db = root / "game.db"
+        self.database_url = database_url  # None: SQLite in root
         self.extra = list(extra)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
         self.env.update(CODEMOJEX_ADMIN_TOKEN="a" * 32)
@@ -43,7 +48,7 @@ class Game:
 
     @property
     def sql_url(self) -> str:
-        return f"sqlite:///{self.db}"
+        return self.database_url or f"sqlite:///{self.db}"
 
     def _spawn(self, role: str, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -98,8 +103,12 @@ class Game:
 
     def scores(self) -> dict[str, int]:
         """job_id -> how many score rows SQL holds for it."""
-        with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as db:
-            rows = db.execute("SELECT job_id, count(*) FROM scores GROUP BY job_id").fetchall()
+        query = "SELECT job_id, count(*) FROM scores GROUP BY job_id"
+        if self.database_url:
+            rows = asyncio.run(_pg_rows(self.database_url, query))
+        else:
+            with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as db:
+                rows = db.execute(query).fetchall()
         return {str(job): int(n) for job, n in rows}
 
     def close(self) -> None:
@@ -117,9 +126,19 @@ class Game:
                 proc.wait(5)
 
 
+async def _pg_rows(url: str, query: str) -> list[Any]:
+    conn = await asyncpg.connect(url.replace("+asyncpg", ""))
+    try:
+        return list(await conn.fetch(query))
+    finally:
+        await conn.close()
+
+
 @contextlib.contextmanager
-def running(root: Path, valkey_url: str, *extra: str) -> Iterator[Game]:
-    game = Game(root, valkey_url, *extra)
+def running(
+    root: Path, valkey_url: str, *extra: str, database_url: str | None = None
+) -> Iterator[Game]:
+    game = Game(root, valkey_url, *extra, database_url=database_url)
     try:
         yield game
     finally:
@@ -135,6 +154,7 @@ class Player:
         body = r.json()
         self.http = http
         self.player_id: str = body["player_id"]
+        self.token: str = body["token"]
         self.headers = {"Authorization": f"Bearer {body['token']}"}
 
     def guess(self, round_: dict[str, Any], n: int) -> httpx.Response:
