@@ -1,4 +1,6 @@
-"""``GET /ws?token=…[&after=<event_id>]``: one player's live socket (CONTRACT §4).
+"""``GET /ws?token=…[&after=<event_id>]``: one player's live socket (CONTRACT §4). The
+token may instead come as the subprotocol ``codemojex.token.<token>`` offered beside
+``codemojex`` (what the page does, so no URL carries it: :func:`offered_token`).
 
 Admission happens before the upgrade: an ``Origin`` that is neither the server's own (the
 request's ``Host``) nor on ``config.allowed_origins`` is refused with HTTP 403, and so is a
@@ -88,14 +90,45 @@ async def _refuse(websocket: WebSocket) -> None:
     await websocket.close()
 
 
+SUBPROTOCOL = "codemojex"
+TOKEN_SUBPROTOCOL_PREFIX = "codemojex.token."
+
+
+def offered_token(websocket: WebSocket) -> tuple[str | None, str | None]:
+    """The player's token and the subprotocol to answer with.
+
+    A browser need not put its token in the URL (where proxies and servers log it): it
+    may offer the subprotocols ``codemojex`` and ``codemojex.token.<token>`` instead
+    (``new WebSocket(url, ["codemojex", "codemojex.token." + token])``); the server
+    answers ``codemojex``, never echoing the token. Without them, ``?token=`` as in the
+    contract. Both at once: the header's token wins, and a token offered without
+    ``codemojex`` is no token (a browser fails a handshake whose answer names no
+    subprotocol it offered)."""
+    offered = [
+        p.strip()
+        for value in websocket.headers.getlist("sec-websocket-protocol")
+        for p in value.split(",")
+    ]
+    tokens = [
+        p[len(TOKEN_SUBPROTOCOL_PREFIX) :]
+        for p in offered
+        if p.startswith(TOKEN_SUBPROTOCOL_PREFIX)
+    ]
+    chosen = SUBPROTOCOL if SUBPROTOCOL in offered else None
+    if tokens:
+        return (tokens[0] if chosen else None), chosen
+    return websocket.query_params.get("token"), chosen
+
+
 async def socket_endpoint(websocket: WebSocket) -> None:
     services = services_of(websocket)
     if not origin_allowed(websocket.headers, services.config.allowed_origins):
         await _refuse(websocket)
         return
+    token, subprotocol = offered_token(websocket)
     try:
         async with asyncio.timeout(BACKEND_TIMEOUT_S):
-            player = await services.player(websocket.query_params.get("token"))
+            player = await services.player(token)
     except Unauthorized:
         await _refuse(websocket)
         return
@@ -103,11 +136,11 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         # Not a 403: the token may be fine. Accept and close "try again later", which
         # the page answers by reconnecting with backoff.
         log.warning("socket closed, backend unavailable: %s: %s", type(exc).__name__, exc)
-        await websocket.accept()
+        await websocket.accept(subprotocol)
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
 
-    await websocket.accept()
+    await websocket.accept(subprotocol)
     if not services.hub.admits(player.player_id):
         # Too many sockets (this player's, or this process's): try again later, as after
         # a restart; the page backs off before reconnecting.

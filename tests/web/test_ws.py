@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.typing import Origin
+from websockets.typing import Origin, Subprotocol
 
 from echomq.server import EmbeddedValkey
 from tests.helpers import free_port
@@ -247,6 +247,34 @@ async def test_gap_when_events_after_the_resume_point_were_trimmed(
     assert last["type"] == "score" and last["job_id"] in jobs
     async with connect(served.ws_url(tok, after="not-an-id")) as ws:
         assert [(await recv(ws))["type"] for _ in range(3)] == ["round", "leaderboard", "gap"]
+
+
+async def test_the_token_may_travel_as_a_subprotocol_instead_of_in_the_url(
+    served: Served,
+) -> None:
+    # What the page does: no token in the URL (servers and proxies log URLs), the token
+    # offered as a subprotocol beside "codemojex", which is what the server answers.
+    player = await served.new_player()
+    bare = f"ws://127.0.0.1:{served.port}/ws"
+    offer = [Subprotocol("codemojex"), Subprotocol(f"codemojex.token.{player['token']}")]
+    async with connect(bare, subprotocols=offer) as ws:
+        assert ws.subprotocol == "codemojex"  # never the token echoed back
+        first, _ = await _greeted(ws)
+        assert first["type"] == "round"
+    for refused_offer in (
+        [Subprotocol("codemojex"), Subprotocol("codemojex.token.nope")],  # a bad token
+        [Subprotocol(f"codemojex.token.{player['token']}")],  # no "codemojex" to answer
+    ):
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(bare, subprotocols=refused_offer):
+                pass
+        assert refused.value.response.status_code == 403
+    # the header's token wins over the URL's
+    async with connect(served.ws_url("nope"), subprotocols=offer) as ws:
+        assert (await recv(ws))["type"] == "round"
+    # and "codemojex" alone, with ?token=, is answered too (a client may always offer it)
+    async with connect(served.ws_url(player["token"]), subprotocols=offer[:1]) as ws:
+        assert ws.subprotocol == "codemojex"
 
 
 async def test_foreign_origins_and_bad_tokens_are_refused_before_the_upgrade(

@@ -403,9 +403,10 @@ async function postGuess(entry) {
 // ---------------------------------------------------------------- websocket
 
 function socketUrl() {
+  // The token travels as a subprotocol (socketProtocols), not in the URL, where servers
+  // and proxies log it.
   const u = new URL('/ws', location.href);
   u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  u.searchParams.set('token', state.player ? state.player.token : '');
   if (state.lastEventId !== null && state.lastEventId !== undefined) u.searchParams.set('after', String(state.lastEventId));
   return u.toString();
 }
@@ -450,8 +451,13 @@ function handleMessage(m) {
   }
 }
 
+function socketProtocols() {
+  return ['codemojex', 'codemojex.token.' + (state.player ? state.player.token : '')];
+}
+
 const sock = new LiveSocket({
   url: socketUrl,
+  protocols: socketProtocols,
   onMessage: handleMessage,
   onStatus: setConnStatus,
   onOpen: () => {

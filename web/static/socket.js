@@ -81,7 +81,9 @@ export class LiveSocket {
     if (this.stopped) return;
     let ws;
     try {
-      ws = new WebSocket(this.opts.url());
+      ws = this.opts.protocols
+        ? new WebSocket(this.opts.url(), this.opts.protocols())
+        : new WebSocket(this.opts.url());
     } catch {
       this._setStatus('reconnecting');
       this._schedule();
