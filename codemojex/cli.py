@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
-from codemojex.config import Config
+from codemojex.config import Config, ConfigError, parse_bool
 
 T = TypeVar("T")
 
@@ -37,6 +37,9 @@ log = logging.getLogger("codemojex")
 GRACEFUL_SHUTDOWN_S = 5
 DURABILITY = ("local", "replicated")
 _HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class Fatal(Exception):
@@ -51,16 +54,42 @@ class Fatal(Exception):
 # The parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag costs one line on stderr (and where to look), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("codemojex")
+    except PackageNotFoundError:  # a bare checkout on sys.path
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``codemojex`` parser (also used by tests/test_compose.py to check commands)."""
-    parser = argparse.ArgumentParser(
-        prog="codemojex", description="Real-time many-player emoji Mastermind on EchoMQ."
+    """The full ``codemojex`` parser (also used by tests/test_compose.py to check commands).
+
+    Every flag that a ``CODEMOJEX_*`` variable can also set names it in its help."""
+    parser = _Parser(
+        prog="codemojex",
+        description="Real-time many-player emoji Mastermind on EchoMQ. Flags override "
+        "CODEMOJEX_* environment variables, which override the defaults.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default=None,
+        choices=LOG_LEVELS,
+        help="how much to log (info; mash: warning; CODEMOJEX_LOG_LEVEL)",
     )
     common.add_argument(
         "--log-format",
@@ -73,63 +102,75 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=Path,
         default=None,
-        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex)",
+        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex; CODEMOJEX_DATA_DIR)",
     )
     common.add_argument(
-        "--database-url", default=None, help="SQL database (default: SQLite in the data dir)"
+        "--database-url",
+        default=None,
+        help="SQL database (default: SQLite in the data dir; CODEMOJEX_DATABASE_URL)",
     )
     common.add_argument(
-        "--valkey-url", default=None, help="an external Valkey (`up` then starts none)"
+        "--valkey-url",
+        default=None,
+        help="an external Valkey (`up` then starts none; CODEMOJEX_VALKEY_URL)",
     )
 
-    game = argparse.ArgumentParser(add_help=False)
-    game.add_argument("--round-seconds", type=int, default=None)
+    game = _Parser(add_help=False)
+    game.add_argument(
+        "--round-seconds",
+        type=int,
+        default=None,
+        help="how long each round stays open, in seconds (120; CODEMOJEX_ROUND_SECONDS)",
+    )
     game.add_argument(
         "--lane-cap",
         type=int,
         default=None,
-        help="guesses a player may have accepted and not yet scored (100)",
+        help="guesses a player may have accepted and not yet scored (100; CODEMOJEX_LANE_CAP)",
     )
     game.add_argument(
         "--fifo",
         action="store_true",
         default=None,
-        help="serve every guess from one FIFO queue instead of fair lanes",
+        help="serve every guess from one FIFO queue instead of fair lanes (CODEMOJEX_FIFO=1)",
     )
     game.add_argument(
         "--guess-rate",
         type=float,
         default=None,
-        help="guesses a second per player, a token bucket on the Valkey clock (10; 0 = no limit)",
+        help="guesses a second per player, a token bucket on the Valkey clock "
+        "(10; 0 = no limit; CODEMOJEX_GUESS_RATE)",
     )
     game.add_argument(
         "--guess-burst",
         type=int,
         default=None,
-        help="guesses a player may send at once before --guess-rate applies (20)",
+        help="guesses a player may send at once before --guess-rate applies "
+        "(20; CODEMOJEX_GUESS_BURST)",
     )
 
-    scoring = argparse.ArgumentParser(add_help=False)
+    scoring = _Parser(add_help=False)
     scoring.add_argument(
         "--score-delay-ms",
         type=int,
         default=None,
-        help="make every score take at least this long (a kill lands mid-score)",
+        help="make every score take at least this long, so a kill lands mid-score "
+        "(0; CODEMOJEX_SCORE_DELAY_MS)",
     )
     scoring.add_argument(
         "--concurrency",
         type=int,
         default=None,
-        help="guesses scored at once per worker process (32)",
+        help="guesses scored at once per worker process (32; CODEMOJEX_CONCURRENCY)",
     )
     scoring.add_argument(
         "--prefetch",
         type=int,
         default=None,
-        help="guesses leased ahead of free handlers per worker process (0)",
+        help="guesses leased ahead of free handlers per worker process (0; CODEMOJEX_PREFETCH)",
     )
 
-    metrics = argparse.ArgumentParser(add_help=False)
+    metrics = _Parser(add_help=False)
     metrics.add_argument(
         "--metrics-port",
         type=int,
@@ -143,16 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="address a worker's /metrics listens on (127.0.0.1; CODEMOJEX_METRICS_HOST)",
     )
 
-    serving = argparse.ArgumentParser(add_help=False)
-    serving.add_argument("--host", default=None, help="address to listen on (127.0.0.1)")
-    serving.add_argument("--port", type=int, default=None, help="HTTP port (8000)")
+    serving = _Parser(add_help=False)
+    serving.add_argument(
+        "--host", default=None, help="address to listen on (127.0.0.1; CODEMOJEX_HOST)"
+    )
+    serving.add_argument("--port", type=int, default=None, help="HTTP port (8000; CODEMOJEX_PORT)")
 
     up = sub.add_parser(
         "up",
         parents=[common, game, scoring, serving, metrics],
         help="the whole game on one machine",
     )
-    up.add_argument("--workers", type=int, default=None, help="ScoreWorker processes (2)")
+    up.add_argument(
+        "--workers", type=int, default=None, help="ScoreWorker processes (2; CODEMOJEX_WORKERS)"
+    )
     up.add_argument(
         "--web-processes",
         type=int,
@@ -163,12 +208,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--appendfsync",
         choices=["always", "everysec", "no"],
         default=None,
-        help="the embedded Valkey's durability dial (always)",
+        help="the embedded Valkey's durability dial (always; CODEMOJEX_APPENDFSYNC)",
     )
     up.set_defaults(run=_up)
 
     web = sub.add_parser("web", parents=[common, game, serving], help="one web server")
-    web.add_argument("--access-log", action="store_true", help="log every request")
+    web.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log every request (CODEMOJEX_ACCESS_LOG=1)",
+    )
     web.add_argument(
         "--durability",
         choices=DURABILITY,
@@ -182,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", parents=[common, game, scoring, metrics], help="one ScoreWorker"
     )
     worker.add_argument(
-        "--worker-id", default=None, help="WRK_… id (default: $CODEMOJEX_WORKER_ID, else a new one)"
+        "--worker-id", default=None, help="WRK_… id (CODEMOJEX_WORKER_ID; default: a new one)"
     )
     worker.set_defaults(run=_worker)
 
@@ -205,12 +255,25 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if fmt not in ("text", "json"):
         print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}", file=sys.stderr)
         sys.exit(2)
-    configure(args.log_level, "json" if fmt == "json" else "text")
+    level = args.log_level or os.environ.get("CODEMOJEX_LOG_LEVEL")
+    if level is None:
+        level = "warning" if args.command == "mash" else "info"
+    if level not in LOG_LEVELS:
+        print(
+            f"codemojex: CODEMOJEX_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {level!r}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    args.log_level = level
+    configure(level, "json" if fmt == "json" else "text")
     try:
         code = args.run(args)
     except Fatal as e:
         print(f"codemojex: {e}", file=sys.stderr)
         code = e.code
+    except ConfigError as e:  # a CODEMOJEX_* variable that cannot be read: one line
+        print(f"codemojex: {e}", file=sys.stderr)
+        code = 2
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
@@ -272,6 +335,7 @@ def _require_valkey(config: Config, command: str) -> str:
 
 def _web(args: argparse.Namespace) -> int:
     config = _config(args)
+    access_log = _access_log(args)
     _require_valkey(config, "web")
 
     import uvicorn
@@ -285,7 +349,7 @@ def _web(args: argparse.Namespace) -> int:
             host=config.host,
             port=config.port,
             graceful_shutdown_s=GRACEFUL_SHUTDOWN_S,
-            access_log=args.access_log,
+            access_log=access_log,
             log_level=args.log_level,
         )
     )
@@ -300,6 +364,12 @@ def _web(args: argparse.Namespace) -> int:
     else:
         server.run()
     return 0 if server.started else 1
+
+
+def _access_log(args: argparse.Namespace) -> bool:
+    if args.access_log is not None:
+        return bool(args.access_log)
+    return parse_bool("CODEMOJEX_ACCESS_LOG", os.environ.get("CODEMOJEX_ACCESS_LOG", ""))
 
 
 def shared_port_socket(host: str, port: int) -> socket.socket:

@@ -16,6 +16,30 @@ from codemojex.rules import DEFAULT_LENGTH, DEFAULT_PALETTE
 GUESS_QUEUE = "guesses"
 ROUND_QUEUE = "rounds"
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+class ConfigError(ValueError):
+    """A ``CODEMOJEX_*`` variable whose value cannot be read; the message names both."""
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a :class:`Config` field."""
+    return f"CODEMOJEX_{field_name.upper()}"
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    """An on/off variable: a typo (``ture``) is an error, never quietly "off"."""
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ConfigError(
+        f"{name} must be one of {'/'.join(TRUE_WORDS + FALSE_WORDS[:-1])}, not {raw!r}"
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class Config:
@@ -83,21 +107,24 @@ class Config:
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
         for f in fields(cls):
-            raw = env.get(f"CODEMOJEX_{f.name.upper()}")
+            name = env_name(f.name)
+            raw = env.get(name)
             if raw is None or f.name == "extra":
                 continue
             if f.name == "palette":
                 values[f.name] = tuple(raw.split())
             elif f.name == "allowed_origins":
                 values[f.name] = tuple(o for o in raw.replace(",", " ").split() if o)
-            elif f.name == "fifo":
-                values[f.name] = raw.lower() in ("1", "true", "yes")
+            elif f.type == "bool":
+                values[f.name] = parse_bool(name, raw)
             elif f.name == "data_dir":
                 values[f.name] = Path(raw)
-            elif f.type in ("int",):
-                values[f.name] = int(raw)
-            elif f.type == "float":
-                values[f.name] = float(raw)
+            elif f.type in ("int", "float"):
+                try:
+                    values[f.name] = int(raw) if f.type == "int" else float(raw)
+                except ValueError:
+                    kind = "a whole number" if f.type == "int" else "a number"
+                    raise ConfigError(f"{name} must be {kind}, not {raw!r}") from None
             else:
                 values[f.name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})

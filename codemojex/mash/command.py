@@ -27,17 +27,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="kill a scoring worker this often (needs --admin-token)",
+        help="kill a scoring worker this often (needs the admin token)",
     )
     parser.add_argument(
-        "--admin-token", default=None, help="the admin token (for chaos and queue-depth samples)"
+        "--admin-token",
+        default=None,
+        help="the admin token, for chaos and queue-depth samples (CODEMOJEX_ADMIN_TOKEN: "
+        "better, a flag shows in ps)",
     )
     parser.add_argument(
         "--report",
         type=Path,
         default=None,
         metavar="DIR",
-        help="write results.json and report.html here",
+        help="write results.json and report.html here (plots need matplotlib: the "
+        "codemojex[report] extra)",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed the players' choices")
     parser.add_argument(
@@ -48,13 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress")
     parser.add_argument(
-        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default=None,
+        choices=["debug", "info", "warning", "error"],
+        help="how much to log (warning; CODEMOJEX_LOG_LEVEL)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit status: 0 nothing lost or doubled, 1 something was, 2 the run could not finish."""
     import asyncio
+    import importlib.util
+    import os
     import sys
 
     from rich.console import Console
@@ -70,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             duration=args.duration,
             masher_rate=args.masher_rate,
             chaos_kill_every=args.chaos_kill_every,
-            admin_token=args.admin_token,
+            # From the environment rather than the command line, where ps shows it.
+            admin_token=args.admin_token or os.environ.get("CODEMOJEX_ADMIN_TOKEN") or None,
             report=args.report,
             seed=args.seed,
             drain_timeout=args.drain_timeout,
@@ -79,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"codemojex mash: {e}", file=sys.stderr)
         return 2
+    if options.report is not None and importlib.util.find_spec("matplotlib") is None:
+        print(
+            "codemojex mash: the report will have no plots: matplotlib is not installed "
+            "(pip install 'codemojex[report]')",
+            file=sys.stderr,
+        )
     try:
         result = asyncio.run(run_mash(options))
     except TimeoutError:

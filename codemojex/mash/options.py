@@ -34,7 +34,10 @@ class MashOptions:
             if self.chaos_kill_every <= 0:
                 raise ValueError("--chaos-kill-every must be > 0")
             if not self.admin_token:
-                raise ValueError("--chaos-kill-every needs --admin-token")
+                raise ValueError(
+                    "--chaos-kill-every needs the admin token (CODEMOJEX_ADMIN_TOKEN or "
+                    "--admin-token)"
+                )
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -1,7 +1,8 @@
 """``--report DIR``: ``results.json`` (the raw figures) and ``report.html`` (plots inline).
 
-The plots need matplotlib, which only the dev dependency group installs: it is imported
-here, lazily, and without it the HTML says so and carries the figures as tables only.
+The plots need matplotlib (the ``report`` extra, ``pip install 'codemojex[report]'``, and
+the dev dependency group): it is imported here, lazily, and without it the HTML says so and
+carries the figures as tables only.
 """
 
 from __future__ import annotations
@@ -121,8 +122,8 @@ def render_html(results: dict[str, Any]) -> str:
     images = plots(results)
     if images is None:
         figures = (
-            "<p><em>matplotlib is not installed (it comes with the dev dependency "
-            "group: <code>uv sync --group dev</code>), so this report has no plots; "
+            "<p><em>matplotlib is not installed (it comes with the report extra: "
+            "<code>pip install 'codemojex[report]'</code>), so this report has no plots; "
             "results.json has every figure.</em></p>"
         )
     else:
