@@ -348,6 +348,7 @@ class Admin:
             "completed": s["completed"],
             "dead": s["dead"],
             "lanes": [{"lane": lane, "depth": d} for lane, d in lanes],
+            "lane_count": s["lane_count"],
             "counters": counters,
         }
 

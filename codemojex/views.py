@@ -83,7 +83,8 @@ class QueueView(TypedDict):
     scheduled: int
     completed: int
     dead: int
-    lanes: list[LaneDepth]
+    lanes: list[LaneDepth]  # the first 1,000 non-empty lanes, deepest first
+    lane_count: int  # every non-empty lane
     counters: QueueCounters
 
 

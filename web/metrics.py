@@ -59,7 +59,7 @@ class QueueCollector(Collector):
             depth.add_metric([state], s.get(state, 0))
         yield depth
         lanes = GaugeMetricFamily("codemojex_queue_lanes", "Non-empty lanes (players waiting)")
-        lanes.add_metric([], len(s.get("lanes", [])))
+        lanes.add_metric([], s.get("lane_count", len(s.get("lanes", []))))
         yield lanes
         if "workers_alive" in s:
             alive = GaugeMetricFamily(

@@ -187,7 +187,9 @@ _SCHEMAS: dict[str, Any] = {
             "lanes": {
                 "type": "array",
                 "items": _obj({"lane": {"type": "string"}, "depth": {"type": "integer"}}),
+                "description": "the first 1,000 non-empty lanes, deepest first",
             },
+            "lane_count": {"type": "integer", "description": "every non-empty lane"},
             "counters": {
                 "type": "object",
                 "additionalProperties": {"type": "integer"},
