@@ -1,0 +1,94 @@
+"""What the hub fans out after a score, beyond the score itself: the field's progress
+carries the score's feedback, and a solve marks the leaderboard for the next broadcast.
+
+Found by mutation testing (tools/mutation/run.py, group ``hub``): the progress rows were
+only ever checked for their counts, and the solve's leaderboard test passed on the hub's
+first broadcast (the board starts out dirty), so dropping "a solve dirties the board"
+went unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio
+from websockets.asyncio.client import connect
+
+import web.hub
+from codemojex.rules import feedback
+from echomq.server import EmbeddedValkey
+from tests.web.conftest import Served, drain, of_type, recv, recv_until, submit
+
+pytestmark = pytest.mark.usefixtures("module_worker")
+
+
+@pytest.fixture
+async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
+    conn = redis.asyncio.Redis.from_url(private_valkey.url)
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def _secret(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
+    raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
+    assert raw is not None
+    return list(orjson.loads(raw))
+
+
+def _rows(message: dict[str, Any], player_id: str) -> list[dict[str, Any]]:
+    if message["type"] != "progress":
+        return []
+    return [p for p in message["players"] if p["player_id"] == player_id]
+
+
+def _scored(player_id: str, n: int) -> Any:
+    """A progress message whose row of ``player_id`` counts ``n`` scored guesses (a row
+    from the guess's acceptance alone, before its score, has none)."""
+    return lambda m: any(p["scored"] == n for p in _rows(m, player_id))
+
+
+async def test_progress_carries_the_best_feedback_and_the_solve(
+    served: Served, valkey: redis.asyncio.Redis
+) -> None:
+    watcher, player = await served.new_player("Watcher"), await served.new_player("Player")
+    rnd = await served.current_round()
+    secret = await _secret(valkey, rnd["round_id"])
+    # A guess that neither solves nor misses entirely: the secret rotated by one.
+    near_miss = secret[1:] + secret[:1]
+    if near_miss == secret:  # four of one emoji: change one cell instead
+        near_miss = [next(e for e in rnd["palette"] if e != secret[0]), *secret[1:]]
+    fb = feedback(secret, near_miss)
+    assert not fb.solved
+    async with connect(served.ws_url(watcher["token"])) as ws:
+        await recv(ws), await recv(ws)
+        await submit(served, player["token"], rnd["round_id"], near_miss)
+        row = _rows(await recv_until(ws, _scored(player["player_id"], 1)), player["player_id"])[0]
+        assert (row["best_exact"], row["best_near"], row["solved"]) == (fb.exact, fb.near, False)
+        await submit(served, player["token"], rnd["round_id"], secret)
+        row = _rows(await recv_until(ws, _scored(player["player_id"], 2)), player["player_id"])[0]
+    assert (row["best_exact"], row["best_near"], row["solved"]) == (4, 0, True)
+
+
+async def test_a_solve_after_the_first_broadcast_still_updates_the_leaderboard(
+    served: Served, valkey: redis.asyncio.Redis
+) -> None:
+    player = await served.new_player("Solver")
+    rnd = await served.current_round()
+    secret = await _secret(valkey, rnd["round_id"])
+    async with connect(served.ws_url(player["token"])) as ws:
+        await recv(ws), await recv(ws)
+        # Let the hub's first flush spend the board's initial "dirty": from here on only
+        # a solve can make it broadcast a leaderboard again.
+        await asyncio.sleep(web.hub.LEADERBOARD_INTERVAL_S + 2 * web.hub.PROGRESS_INTERVAL_S)
+        await drain(ws, 0.1)
+        job = await submit(served, player["token"], rnd["round_id"], secret)
+        await recv_until(ws, of_type("score", job_id=job))
+        board = await recv_until(ws, of_type("leaderboard"))
+    row = next(p for p in board["players"] if p["player_id"] == player["player_id"])
+    assert row["points"] == 110 and row["solved_rounds"] == 1
