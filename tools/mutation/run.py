@@ -78,7 +78,13 @@ GROUPS: dict[str, Group] = {
     ),
     "hub": Group(
         ("web/hub.py",),
-        ("tests/web/test_ws.py", "tests/web/test_ws_contract.py"),
+        (
+            "tests/web/test_ws.py",
+            "tests/web/test_ws_contract.py",
+            "tests/web/test_admission.py",
+            "tests/web/test_replay_budget.py",
+            "tests/web/test_hub_fanout.py",
+        ),
         "owner filtering: replay and push per player",
         (
             "web.hub.xǁHubǁreplay*",
