@@ -77,20 +77,29 @@ class Game:
         self.procs.append(proc)
         return proc
 
-    def web(self, *args: str) -> str:
+    def web(self, *args: str, wait: bool = True) -> str:
+        """Start a web process; its base URL once it answers /healthz (``wait=False``: at
+        once, for starting several side by side; then call :meth:`wait_webs`)."""
         port = free_port()
         proc = self._spawn("web", f"web{len(self.webs)}", "--port", str(port), *args)
         self.webs.append((proc, port))
-        base = f"http://127.0.0.1:{port}"
+        if wait:
+            self.wait_webs()
+        return f"http://127.0.0.1:{port}"
 
-        def healthy() -> bool:
-            assert proc.poll() is None, self.log(f"web{len(self.webs) - 1}")
-            with contextlib.suppress(httpx.HTTPError):
-                return httpx.get(base + "/healthz", timeout=2, trust_env=False).status_code == 200
-            return False
+    def wait_webs(self) -> None:
+        for i, (proc, port) in enumerate(self.webs):
 
-        wait_until(healthy, 30, "web healthy")
-        return base
+            def healthy(
+                proc: subprocess.Popen[bytes] = proc, port: int = port, name: str = f"web{i}"
+            ) -> bool:
+                assert proc.poll() is None, self.log(name)
+                with contextlib.suppress(httpx.HTTPError):
+                    url = f"http://127.0.0.1:{port}/healthz"
+                    return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+                return False
+
+            wait_until(healthy, 30, f"web{i} healthy")
 
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         proc = self._spawn("worker", f"worker{len(self.workers)}", *args)

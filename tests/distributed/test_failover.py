@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -121,7 +122,21 @@ def _cut_off(cluster: ValkeyCluster, replica: int, seconds: float) -> threading.
     return thread
 
 
-@pytest.mark.parametrize("durability", ["replicated", "local"])
+FULL = os.environ.get("CODEMOJEX_CHAOS_FULL") == "1"
+
+
+@pytest.mark.parametrize(
+    "durability",
+    [
+        "replicated",
+        # The measurement behind docs/reliability.md's table (the default mode loses the
+        # guesses only the master held); with the chaos suite's full sizes only.
+        pytest.param(
+            "local",
+            marks=pytest.mark.skipif(not FULL, reason="CODEMOJEX_CHAOS_FULL=1 measures it"),
+        ),
+    ],
+)
 def test_what_a_failover_loses_in_each_durability_mode(
     tmp_path: Path, cluster: ValkeyCluster, durability: str
 ) -> None:

@@ -78,9 +78,10 @@ def test_two_webs_three_workers_one_killed_mid_score(
                 database_url=pg_cluster.create_database(),
             )
         )
-        bases = [game.web(), game.web()]
+        bases = [game.web(wait=False), game.web(wait=False)]
         for _ in range(3):
-            game.worker("--score-delay-ms", "400", "--concurrency", "4")
+            game.worker("--score-delay-ms", "300", "--concurrency", "4")
+        game.wait_webs()
         https = [
             stack.enter_context(httpx.Client(base_url=b, timeout=10, trust_env=False))
             for b in bases
