@@ -1,10 +1,11 @@
-"""What the hub fans out after a score, beyond the score itself: the field's progress
-carries the score's feedback, and a solve marks the leaderboard for the next broadcast.
+"""What the hub fans out after a score: to each of the owner's sockets (one closing does
+not orphan the others), the field's progress carrying the score's feedback, and a solve
+marking the leaderboard for the next broadcast.
 
 Found by mutation testing (tools/mutation/run.py, group ``hub``): the progress rows were
 only ever checked for their counts, and the solve's leaderboard test passed on the hub's
 first broadcast (the board starts out dirty), so dropping "a solve dirties the board"
-went unnoticed.
+went unnoticed; nor did forgetting a player's other sockets when one of them closed.
 """
 
 from __future__ import annotations
@@ -92,3 +93,19 @@ async def test_a_solve_after_the_first_broadcast_still_updates_the_leaderboard(
         board = await recv_until(ws, of_type("leaderboard"))
     row = next(p for p in board["players"] if p["player_id"] == player["player_id"])
     assert row["points"] == 110 and row["solved_rounds"] == 1
+
+
+async def test_a_players_other_socket_still_gets_scores_after_one_closes(served: Served) -> None:
+    player = await served.new_player("Two tabs")
+    rnd = await served.current_round()
+    url = served.ws_url(player["token"])
+    async with connect(url) as kept:
+        await recv(kept), await recv(kept)
+        async with connect(url) as closed:
+            await recv(closed), await recv(closed)
+        async with asyncio.timeout(5):  # until the server has seen the second tab go
+            while len(served.hub._conns) > 1:
+                await asyncio.sleep(0.02)
+        job = await submit(served, player["token"], rnd["round_id"], [rnd["palette"][0]] * 4)
+        score = await recv_until(kept, of_type("score", job_id=job))
+    assert score["player_id"] == player["player_id"]
