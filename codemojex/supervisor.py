@@ -34,6 +34,7 @@ import redis.asyncio
 
 import echomq
 from codemojex import control
+from echomq.connection import Client
 from echomq.server import die_with_parent
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Supervisor:
         self._force = False
         self._ready = False
         self._background: set[asyncio.Task[None]] = set()
-        self._conn: redis.asyncio.Redis | None = None
+        self._conn: Client | None = None
 
     # -- control --------------------------------------------------------------------------------
 
@@ -159,9 +160,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
-        self._conn = redis.asyncio.Redis.from_url(
-            self.valkey_url, socket_timeout=5, socket_connect_timeout=2
-        )
+        self._conn = echomq.connect(self.valkey_url, socket_timeout=5, socket_connect_timeout=2)
         tasks: list[asyncio.Task[None]] = []
         try:
             if self.web_argv is not None:
@@ -313,9 +312,7 @@ class Supervisor:
 
     async def _take_orders(self) -> None:
         """BLPOP the spawn key: each order starts one more worker under the id it carries."""
-        conn = redis.asyncio.Redis.from_url(
-            self.valkey_url, socket_timeout=None, socket_connect_timeout=2
-        )
+        conn = echomq.connect(self.valkey_url, socket_timeout=None, socket_connect_timeout=2)
         key = control.spawn_key(self.supervisor_id)
         try:
             while True:
@@ -373,7 +370,7 @@ class Supervisor:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _redis(self) -> redis.asyncio.Redis:
+    def _redis(self) -> Client:
         assert self._conn is not None
         return self._conn
 
