@@ -50,7 +50,14 @@ class Group:
     # --focus: only the mutants of these functions (mutmut name globs), the ones that
     # guard fencing, scoring, lane order, owner filtering and backoff; () = all of them
     focus: tuple[str, ...] = ()
+    # Tests left out of the group's runs, each with its reason in a comment where it is set.
+    deselect: tuple[str, ...] = ()
 
+
+_RATE_BURST_TEST = (
+    "tests/echomq/test_admission.py::"
+    "test_the_rate_limit_allows_a_burst_then_refills_on_the_server_clock"
+)
 
 GROUPS: dict[str, Group] = {
     "rules": Group(
@@ -120,6 +127,9 @@ GROUPS: dict[str, Group] = {
         ),
         "fencing, backoff and lane order as the client calls them",
         ("echomq.jobs.*", "echomq.lanes.*", "echomq.stalled.*"),
+        # A burst of 3 at 20/s must be spent within 50 ms: under mutmut's tracing on a busy
+        # machine it is not, and a red clean run stops the whole group.
+        (_RATE_BURST_TEST,),
     ),
     "backoff": Group(
         ("echomq/backoff.py",),
@@ -183,6 +193,10 @@ def configure(copy: Path, group: Group) -> None:
     settings = dict(BASE)
     settings["only_mutate"] = list(group.modules)
     settings["pytest_add_cli_args_test_selection"] = list(group.tests)
+    settings["pytest_add_cli_args"] = [
+        *settings["pytest_add_cli_args"],
+        *(f"--deselect={t}" for t in group.deselect),
+    ]
     pyproject = copy / "pyproject.toml"
     text = pyproject.read_text()
     assert "[tool.mutmut]" not in text, "pyproject.toml has its own [tool.mutmut]"
@@ -344,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         report[name] = r
         report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        (OUT / f"mutmut-{name}.json").write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
         for s in r["survivors"]:
             console.print(f"[yellow]survived[/] {s['mutant']}\n{s['diff']}")
         if not r["finished"]:
