@@ -512,31 +512,23 @@ def redact(url: str) -> str:
 
 def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     import redis
-    from redis.exceptions import RedisClusterException
 
-    from echomq.connection import connect_sync
+    from echomq.connection import node_urls
     from echomq.errors import NotDurable
     from echomq.server import check_durable_sync
 
     conn: Any = None
+    where = url  # the node a refusal names
+    timeouts = {"socket_timeout": 5, "socket_connect_timeout": 5}
     try:
-        conn = connect_sync(url, socket_timeout=5, socket_connect_timeout=5)
-        if isinstance(conn, redis.RedisCluster):
-            # Every node, replicas too: any of them may be the master after a failover.
-            for node in conn.get_nodes():  # type: ignore[no-untyped-call]
-                check_durable_sync(node.redis_connection)
-        else:
+        # On a cluster, every node, replicas too: any of them may be a master tomorrow.
+        for where in node_urls(url, **timeouts):
+            conn = redis.Redis.from_url(where, **timeouts)
             check_durable_sync(conn)
-    except RedisClusterException as e:  # no seed node answered
-        if not unreachable_ok:
-            raise Fatal(f"cannot reach the Valkey Cluster at {redact(url)}: {e}") from None
-        print(
-            f"codemojex: Valkey Cluster at {redact(url)} is not reachable yet ({e}); "
-            "carrying on, its durability unchecked",
-            file=sys.stderr,
-        )
+            conn.close()
+            conn = None
     except NotDurable as e:
-        raise Fatal(f"refusing {redact(url)}: {e}") from None
+        raise Fatal(f"refusing {redact(where)}: {e}") from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
         if not unreachable_ok:
             raise Fatal(f"cannot reach Valkey at {redact(url)}: {e}") from None

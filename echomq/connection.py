@@ -113,6 +113,31 @@ def connect(url: str, **kwargs: Any) -> Client:
     return redis.asyncio.Redis.from_pool(pool)
 
 
+def node_urls(url: str, **kwargs: Any) -> list[str]:
+    """``[url]`` for a single server; for a cluster URL, a plain URL (the seed's scheme,
+    credentials and query) for every node the seed's ``CLUSTER NODES`` lists, masters and
+    replicas (``CLUSTER SLOTS``, which clients route by, leaves out a replica that has
+    replicated nothing yet), failed or address-less ones left out. For checks that must
+    reach every node, such as durability at start-up."""
+    plain, cluster = cluster_url(url)
+    if not cluster:
+        return [url]
+    with redis.Redis.from_url(plain, **kwargs) as seed:
+        raw = seed.execute_command("CLUSTER", "NODES")
+    nodes = raw.decode() if isinstance(raw, bytes) else str(raw)
+    parts = urlsplit(plain)
+    userinfo = parts.netloc.rpartition("@")[0]
+    out = []
+    for line in nodes.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or {"fail", "noaddr", "handshake"} & set(fields[2].split(",")):
+            continue
+        address = fields[1].split("@")[0]  # host:port@bus[,hostname]
+        netloc = f"{userinfo}@{address}" if userinfo else address
+        out.append(urlunsplit(parts._replace(netloc=netloc)))
+    return out
+
+
 def connect_sync(url: str, **kwargs: Any) -> redis.Redis | redis.RedisCluster:
     """``connect`` for synchronous code (a signal-time note, a start-up check)."""
     plain, cluster = cluster_url(url)

@@ -4,6 +4,10 @@ is sent many commands at once (the first thing a web process does under load).""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import redis.asyncio
@@ -11,6 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 
 import echomq
 from echomq.connection import ClusterClient, cluster_url, connect
+from tests.cli.running import ROOT
 from tests.cluster import ValkeyCluster
 
 
@@ -66,3 +71,37 @@ async def test_a_fresh_cluster_client_takes_many_commands_at_once(
             assert (await q.stats())["pending"] == 100
         finally:
             await conn.aclose()
+
+
+def test_web_refuses_a_cluster_whose_replica_is_not_durable(tmp_path: Path) -> None:
+    """Every node is checked at start-up, replicas too: any of them may be the master
+    after a failover."""
+    cluster = ValkeyCluster(tmp_path / "c", masters=1, replicas=1)
+    cluster.start()
+    try:
+        replica = cluster.ports[1]
+        with cluster.admin(replica) as admin:
+            admin.config_set("maxmemory-policy", "allkeys-lru")
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "codemojex",
+                "web",
+                "--valkey-url",
+                cluster.url,
+                "--database-url",
+                f"sqlite:///{tmp_path / 'x.db'}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")},
+        )
+    finally:
+        cluster.stop()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"codemojex: refusing redis://127.0.0.1:{replica}/"), done.stderr
+    assert "noeviction" in done.stderr and done.stderr.strip().count("\n") == 0
