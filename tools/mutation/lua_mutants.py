@@ -449,11 +449,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("no mutation matches")
     outcomes = run(chosen, args.rev, console)
     console.print(table(outcomes))
+    rows = [asdict(o) for o in outcomes]
+    if (args.only or args.area) and (OUT / "lua.json").exists():
+        # a partial rerun updates its rows of the last full report and keeps the rest
+        ran = {o.id for o in outcomes}
+        kept = json.loads((OUT / "lua.json").read_text())["outcomes"]
+        order = {m.id: i for i, m in enumerate(MUTATIONS)}
+        rows = sorted(
+            [r for r in kept if r["id"] not in ran and r["id"] in order] + rows,
+            key=lambda r: order[r["id"]],
+        )
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "rev": args.rev or "working tree",
-        "summary": summary(outcomes),
-        "outcomes": [asdict(o) for o in outcomes],
+        "summary": summary([Outcome(**r) for r in rows]),
+        "outcomes": rows,
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "lua.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
