@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tools.mutation.tree import OUT, ROOT, copy_tree
+from tools.mutation.tree import OUT, ROOT, copy_tree, describe
 
 LUA = Path("echomq/lua")
 WORK = Path("/tmp/codemojex-mutation/lua")
@@ -435,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rev", help="mutate this revision (git archive) instead of the working tree")
     ap.add_argument("--list", action="store_true", help="print the table and exit")
     args = ap.parse_args(argv)
+    if args.rev:
+        args.rev = describe(args.rev)  # HEAD moves while a long run goes on
     console = Console()
     chosen = [
         m

@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tools.mutation.tree import OUT, ROOT, copy_tree
+from tools.mutation.tree import OUT, ROOT, copy_tree, describe
 
 WORK = Path("/tmp/codemojex-mutation")
 
@@ -391,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true", help="only report the last run's verdicts")
     ap.add_argument("--list", action="store_true", help="print the groups and exit")
     args = ap.parse_args(argv)
+    if args.rev:
+        args.rev = describe(args.rev)  # HEAD moves while a long run goes on
     console = Console()
     if args.list:
         for name, g in GROUPS.items():

@@ -43,3 +43,17 @@ def copy_tree(dest: Path, rev: str | None = None, root: Path = ROOT) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)
     return dest
+
+
+def describe(rev: str | None, root: Path = ROOT) -> str:
+    """What a run mutated, for its report: a commit's short hash (resolved when the run
+    starts: HEAD moves while a long run goes on), or the working tree."""
+    if rev is None:
+        return "working tree"
+    done = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", rev],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or rev
