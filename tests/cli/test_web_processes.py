@@ -33,12 +33,36 @@ def _sockets(pid: int) -> int:
     return n
 
 
+def _listening(pid: int, port: int) -> bool:
+    """Whether ``pid`` holds a socket listening on ``port`` (its own SO_REUSEPORT one)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def test_two_web_processes_share_the_port_and_cover_for_each_other(
     start_up: Callable[..., Up],
 ) -> None:
     up = start_up("--workers", "1", "--web-processes", "2")
     webs = up.web_pids()
     assert len(webs) == 2, webs
+    # Both must listen before the kernel can spread connections over them (the second
+    # may still be starting when the first answers).
+    wait_until(lambda: all(_listening(pid, up.port) for pid in webs), 30, "both listening")
     http = httpx.Client(base_url=up.base, timeout=5, trust_env=False)
     players = []
     for i in range(24):
