@@ -197,7 +197,7 @@ def message_only(diff: str) -> bool:
     if raised[0] and raised[1]:
         # one argument only: an exception built from several (LaneFull(lane, limit)) carries
         # them as attributes callers read, which is behaviour, not text
-        arg = old[raised[0].end() : old.rstrip().rfind(")")]
+        arg = re.sub(r'"[^"]*"', "", old[raised[0].end() : old.rstrip().rfind(")")])
         return raised[0].group(1) == raised[1].group(1) and "," not in arg
     checked = _CHECK.match(old), _CHECK.match(new)
     if checked[0] and checked[1]:
