@@ -67,6 +67,11 @@ REAP = (
     "tests/echomq/test_faults.py",
     "tests/echomq/test_reap_ownership.py",
 )
+# One test, not the file: its neighbour test_a_gap_in_sweeps_… sleeps against a 400 ms lapse
+# and fails on a loaded machine (a red baseline would void the row).
+REAPER_LOCK = (
+    "tests/echomq/test_reaper_lock.py::test_one_reaper_holds_the_lock_until_it_stops_or_lapses",
+)
 ADMISSION = ("tests/echomq/test_admission.py", "tests/echomq/test_transitions.py")
 
 
@@ -239,7 +244,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "live leases are reclaimed before their deadline"),
     M("reap-lock-ignored", "reaping", "reap.lua",
       "if holder and holder ~= reaper then",
-      "if false then", ("tests/echomq/test_reaper_lock.py",),
+      "if false then", REAPER_LOCK,
       "every consumer process reaps: the one-reaper lock is decoration"),
     M("extend-no-deadline", "reaping", "extend.lua",
       "redis.call('ZADD', K_ACTIVE, until_ms, id)",
@@ -280,7 +285,7 @@ def check_table(source_root: Path = ROOT) -> list[str]:
         if m.find == m.replace:
             problems.append(f"{m.id}: the replacement changes nothing")
         for t in m.tests:
-            if not (source_root / t).is_file():
+            if not (source_root / t.split("::")[0]).is_file():
                 problems.append(f"{m.id}: no test file {t}")
     return problems
 
