@@ -62,6 +62,7 @@ from .errors import (
 from .ids import branded, is_branded, job_id, ulid, worker_id
 from .keys import Keys
 from .lanes import Dedup
+from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, WorkerInfo
@@ -85,6 +86,8 @@ __all__ = [
     "LaneFull",
     "NotDurable",
     "NotReplicated",
+    "Partitioned",
+    "PartitionedConsumer",
     "Queue",
     "RateLimited",
     "Retry",

@@ -1,0 +1,137 @@
+"""``Partitioned``: one logical queue over N queues, ``emq:{name:0}:`` … ``emq:{name:N-1}:``.
+
+A queue lives in one slot, so on a Valkey Cluster one master carries all of it. A
+partitioned queue puts each lane on partition ``crc32(lane) % N``, always the same one, so
+that everything a lane's enqueue checks (its order, sequence numbers, rate bucket, pending
+cap, dedup keys) stays inside one script on one slot, while N hash tags spread the lanes
+over the masters. Each partition is a whole :class:`~echomq.Queue` with its own wake key,
+reaper and events stream: BLPOP and XREAD cannot span slots.
+
+Consuming: :class:`PartitionedConsumer` runs one :class:`~echomq.Consumer` per partition
+under one worker id, so a worker claims from every partition, each in its lanes' fair
+order, parks on each partition's wake key, and every partition has a reaper. A job's
+transitions go to its own partition because its consumer claimed it there; outside a
+consumer, :meth:`Partitioned.find` locates a job id (one EXISTS per partition, at once).
+Stats are summed in the client.
+
+Fairness: within a partition, the lanes' order (new-flows-first, then round-robin); across
+partitions, each gets ``concurrency / N`` handler slots of every worker, so a busy
+partition cannot take the slots of another. Lanes are spread by hash, not by load: a few
+heavy lanes may share a partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any
+
+from . import checks
+from .consumer import Consumer, Handler
+from .ids import worker_id as mint_worker_id
+from .queue import Queue
+from .settings import Settings
+from .types import Enqueued, JobInfo
+
+_SUMMED = ("pending", "active", "scheduled", "completed", "dead")
+
+
+def partition_of(lane: str, partitions: int) -> int:
+    """The partition of ``lane``: CRC-32 of its UTF-8 bytes modulo ``partitions``, the same
+    in every process and every Python (``hash()`` is salted per process)."""
+    return zlib.crc32(lane.encode("utf-8", "surrogatepass")) % partitions
+
+
+class Partitioned:
+    """A logical queue ``name`` over ``partitions`` queues named ``name:0`` … on ``conn``."""
+
+    def __init__(
+        self, conn: Any, name: str, partitions: int, settings: Settings | None = None
+    ) -> None:
+        checks.integer("partitions", partitions, at_least=1)
+        self.conn = conn
+        self.name = name
+        self.settings = settings or Settings()
+        self.partitions = [Queue(conn, f"{name}:{i}", self.settings) for i in range(partitions)]
+
+    def of_lane(self, lane: str) -> Queue:
+        checks.name("lane", lane)
+        return self.partitions[partition_of(lane, len(self.partitions))]
+
+    async def submit(self, lane: str, payload: Any, **kwargs: Any) -> Enqueued:
+        """``Lanes.submit`` on the lane's partition (same arguments, same errors)."""
+        return await self.of_lane(lane).lanes.submit(lane, payload, **kwargs)
+
+    async def enqueue(self, lane: str, payload: Any, **kwargs: Any) -> str:
+        """``Lanes.enqueue`` on the lane's partition."""
+        return await self.of_lane(lane).lanes.enqueue(lane, payload, **kwargs)
+
+    async def find(self, job_id: str) -> Queue | None:
+        """The partition holding ``job_id``'s row, or None."""
+        checks.name("job_id", job_id)
+        found = await asyncio.gather(*(q.conn.exists(q.keys.job(job_id)) for q in self.partitions))
+        return next((q for q, n in zip(self.partitions, found, strict=True) if n), None)
+
+    async def get(self, job_id: str) -> JobInfo | None:
+        q = await self.find(job_id)
+        return None if q is None else await q.jobs.get(job_id)
+
+    async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
+        """Every partition's ``Queue.stats`` summed (lanes merged, counters added), with the
+        per-partition figures under ``"partitions"``."""
+        each = await asyncio.gather(*(q.stats(max_lanes) for q in self.partitions))
+        out: dict[str, Any] = {k: sum(int(s[k]) for s in each) for k in _SUMMED}
+        lanes: dict[str, int] = {}
+        counters: dict[str, int] = {}
+        for s in each:
+            lanes.update(s["lanes"])  # a lane lives in one partition only
+            for k, v in s["counters"].items():
+                counters[k] = counters.get(k, 0) + int(v)
+        out |= {"lanes": lanes, "counters": counters, "partitions": list(each)}
+        return out
+
+
+class PartitionedConsumer:
+    """One :class:`Consumer` per partition under one worker id; ``concurrency`` is split
+    evenly over the partitions (at least 1 each). Other keyword arguments go to every
+    consumer."""
+
+    def __init__(
+        self,
+        queue: Partitioned,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        worker_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(queue, Partitioned):
+            raise TypeError(f"queue must be an echomq.Partitioned, got {type(queue).__name__}")
+        checks.integer("concurrency", concurrency, at_least=1)
+        self.worker_id = worker_id or mint_worker_id()
+        n = len(queue.partitions)
+        share = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
+        self.consumers = [
+            Consumer(q, handler, concurrency=max(1, c), worker_id=self.worker_id, **kwargs)
+            for q, c in zip(queue.partitions, share, strict=True)
+        ]
+
+    @property
+    def completed(self) -> int:
+        return sum(c.completed for c in self.consumers)
+
+    def stop(self) -> None:
+        for c in self.consumers:
+            c.stop()
+
+    async def run(self) -> None:
+        """Run every partition's consumer until :meth:`stop`; if one ends with an error the
+        others are stopped and the error raised."""
+        tasks = [asyncio.create_task(c.run()) for c in self.consumers]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()
+        finally:
+            self.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,87 @@
+"""``echomq.Partitioned``: one logical queue over N slots (``emq:{name:i}:``), on the
+session's 3-master cluster and on one node."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import pytest
+
+import echomq
+from echomq.partitions import Partitioned, PartitionedConsumer, partition_of
+from tests.cluster import ValkeyCluster
+
+pytestmark = pytest.mark.parametrize("valkey_backend", ["single", "cluster"], indirect=True)
+
+
+def test_a_lane_always_maps_to_the_same_partition(valkey_backend: str) -> None:
+    # CRC-32, not the per-process salted hash(): every process agrees.
+    assert [partition_of(f"PLR_{i}", 4) for i in range(8)] == [
+        partition_of(f"PLR_{i}", 4) for i in range(8)
+    ]
+    assert partition_of("lane", 1) == 0
+    assert {partition_of(f"l{i}", 3) for i in range(100)} == {0, 1, 2}
+
+
+async def test_partitions_live_in_their_own_slots_across_masters(
+    redis_conn: Any, valkey_backend: str, request: pytest.FixtureRequest, queue_name: str
+) -> None:
+    pq = Partitioned(redis_conn, queue_name, 6)
+    prefixes = [q.keys.prefix for q in pq.partitions]
+    assert prefixes == [f"emq:{{{queue_name}:{i}}}:" for i in range(6)]
+    if valkey_backend == "cluster":
+        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
+        assert len({cluster.master_of(p) for p in prefixes}) >= 2
+
+
+async def test_every_job_is_handled_once_by_a_partitioned_consumer(
+    redis_conn: Any, queue_name: str
+) -> None:
+    pq = Partitioned(redis_conn, queue_name, 3)
+    ids: list[str] = []
+    for start in range(0, 300, 50):
+        ids += await asyncio.gather(
+            *(pq.enqueue(f"l{i % 30}", i) for i in range(start, start + 50))
+        )
+    s = await pq.stats()
+    assert s["pending"] == 300 and sum(s["lanes"].values()) == 300
+    assert all(p["pending"] > 0 for p in s["partitions"])  # spread over all three
+    seen: collections.Counter[str] = collections.Counter()
+
+    async def handler(claim: echomq.Claim) -> int:
+        seen[claim.job_id] += 1
+        assert pq.of_lane(str(claim.lane)).keys.prefix.startswith(f"emq:{{{queue_name}:")
+        return int(claim.payload)
+
+    c = PartitionedConsumer(pq, handler, concurrency=8, heartbeat_ms=100, reap_interval_ms=100)
+    assert [x.concurrency for x in c.consumers] == [3, 3, 2]
+    task = asyncio.create_task(c.run())
+    try:
+        async with asyncio.timeout(30):
+            while (await pq.stats())["completed"] < 300:
+                await asyncio.sleep(0.05)
+    finally:
+        c.stop()
+        await asyncio.wait_for(task, 20)
+    assert set(seen) == set(ids) and set(seen.values()) == {1}
+    s = await pq.stats()
+    assert s["completed"] == s["counters"]["completed"] == 300 == c.completed
+    assert s["active"] == s["pending"] == 0
+    info = await pq.get(ids[7])
+    assert info is not None and info.state == "completed" and info.result == 7
+    assert await pq.find("JOB_01JZZZZZZZZZZZZZZZZZZZZZZZ") is None
+
+
+async def test_a_lane_keeps_its_order_seq_and_cap_in_its_partition(
+    redis_conn: Any, queue_name: str
+) -> None:
+    pq = Partitioned(redis_conn, queue_name, 4)
+    got = [await pq.submit("p1", i, seq_scope="r", max_pending=3) for i in range(3)]
+    assert [r.seq for r in got] == [0, 1, 2]
+    with pytest.raises(echomq.LaneFull):
+        await pq.submit("p1", 3, seq_scope="r", max_pending=3)
+    q = pq.of_lane("p1")
+    batch = await q.lanes.claim_many("w", 60_000, 10)
+    assert [c.payload for c in batch.claims] == [0, 1, 2]
