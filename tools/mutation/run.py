@@ -53,6 +53,8 @@ class Group:
     focus: tuple[str, ...] = ()
     # Tests left out of the group's runs, each with its reason in a comment where it is set.
     deselect: tuple[str, ...] = ()
+    # mutmut settings of this group only (e.g. its process isolation), over BASE's
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 def _rest_of(package: str, *elsewhere: str) -> tuple[str, ...]:
@@ -92,6 +94,10 @@ GROUPS: dict[str, Group] = {
             "tests/migrations/test_scores_batched.py",
         ),
         "scoring writes: idempotent, best per round",
+        # The SQL of each dialect is built once (functools.cache on _statements): forked
+        # from mutmut's main process, which ran the tests already, a mutant would find the
+        # cache full and never run. A fork server forks from a process that only collected.
+        settings=(("process_isolation", "forkserver"),),
     ),
     "hub": Group(
         ("web/hub.py",),
@@ -249,6 +255,7 @@ def configure(copy: Path, group: Group) -> None:
     settings = dict(BASE)
     settings["only_mutate"] = list(group.modules)
     settings["pytest_add_cli_args_test_selection"] = list(group.tests)
+    settings.update(group.settings)
     settings["pytest_add_cli_args"] = [
         *settings["pytest_add_cli_args"],
         *(f"--deselect={t}" for t in group.deselect),
