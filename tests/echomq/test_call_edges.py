@@ -1,11 +1,13 @@
 """Edges of the client's fenced calls that the transition tests did not reach.
 
 Found by mutation testing (tools/mutation/run.py, group ``echomq``): ``claim`` leasing more
-than the one job it returns, the shortest lease ``extend`` accepts, and ``extend_many``'s
-per-job answers all survived a change.
+than the one job it returns, the shortest lease ``extend`` accepts, ``extend_many``'s
+per-job answers and ``reap``'s limit all survived a change.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import echomq
 from tests.echomq.conftest import locations
@@ -41,3 +43,16 @@ async def test_extend_many_answers_per_job_current_and_stale(q: echomq.Queue) ->
         False,
     ]
     assert await q.jobs.extend_many([], LEASE) == []
+
+
+async def test_reap_moves_at_most_its_limit_a_call_one_hundred_by_default(
+    q: echomq.Queue,
+) -> None:
+    for i in range(102):
+        await q.jobs.enqueue(i)
+    assert len((await q.jobs.claim_many("w", 1, 102)).claims) == 102
+    await asyncio.sleep(0.02)  # every 1 ms lease has run out
+    assert len(await q.stalled.reap(limit=1)) == 1
+    assert len(await q.stalled.reap()) == 100
+    assert len(await q.stalled.reap()) == 1
+    assert await q.stalled.reap() == []

@@ -187,6 +187,12 @@ EQUIVALENT: dict[str, str] = {
     "echomq.jobs.xǁJobsǁfail__mutmut_37": (
         "-2 for -1 as 'no delay given': fail.lua reads any negative delay as backoff"
     ),
+    "echomq.stalled.xǁStalledǁreap__mutmut_20": (
+        "lock_ms 1 for 0 without a reaper id: reap.lua reads lock_ms only with one"
+    ),
+    "echomq.stalled.xǁStalledǁreap__mutmut_21": (
+        "horizon_ms 1 for 0: it shapes only the wait reported, which reap() drops"
+    ),
     "web.hub.xǁHubǁreplay__mutmut_14": (
         "page = budget - 1: one more page read before the same decision (budget >= 2)"
     ),
