@@ -92,6 +92,7 @@ GROUPS: dict[str, Group] = {
         (
             "tests/migrations/test_scores_idempotent.py",
             "tests/migrations/test_scores_batched.py",
+            "tests/migrations/test_scores_reads.py",
         ),
         "scoring writes: idempotent, best per round",
         # The SQL of each dialect is built once (functools.cache on _statements): forked
@@ -219,6 +220,23 @@ def message_only(diff: str) -> bool:
         return raised[0].group(1) == raised[1].group(1) and "," not in arg
     # the same line once every checks.X("name", … is read as checks.X(_, …
     return old != new and _CHECK.sub(r"checks.\1(_, ", old) == _CHECK.sub(r"checks.\1(_, ", new)
+
+
+_SQL = re.compile(
+    r"\b(select|insert|update|delete|conflict|returning|values|from|where|begin|commit|"
+    r"text|int4|int8|bool|unnest)\b",
+    re.IGNORECASE,
+)
+
+
+def sql_case_only(diff: str) -> bool:
+    """A change of letter case only, in a line of SQL: keywords, unquoted identifiers and
+    type names are case-insensitive in SQLite and PostgreSQL alike."""
+    lines = diff.splitlines()
+    if len(lines) != 2 or not (lines[0].startswith("-") and lines[1].startswith("+")):
+        return False
+    old, new = lines[0][1:], lines[1][1:]
+    return old != new and old.lower() == new.lower() and bool(_SQL.search(old))
 
 
 # Shared by every group; `only_mutate` and the test selection are added per group.
@@ -385,6 +403,8 @@ def summarise(
                 status, entry["equivalent"] = "equivalent", EQUIVALENT[mutant]
             elif message_only(entry["diff"]):
                 status, entry["equivalent"] = "equivalent", "message text"
+            elif sql_case_only(entry["diff"]):
+                status, entry["equivalent"] = "equivalent", "SQL is case-insensitive"
             survivors.append(entry)
         rows.setdefault(module_of(mutant), Counter())[status] += 1
         checked[status] += 1
