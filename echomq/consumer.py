@@ -630,7 +630,16 @@ class Consumer:
             self.stale += 1
         else:
             self.failed += 1
-        log.info("job %s failed (%s): %s", claim.job_id, outcome, text)
+        # One line per failure, with the ids as fields for JSON logs; "dead" is the one an
+        # operator must act on, so it is a warning.
+        log.log(
+            logging.WARNING if outcome == "dead" else logging.INFO,
+            "job %s failed (%s): %s",
+            claim.job_id,
+            outcome,
+            text,
+            extra={"job_id": claim.job_id, "worker_id": self.worker_id},
+        )
 
     def _give_up(self, key: _Key) -> bool:
         """Note that ``key``'s outcome met an error; True once its lease has surely run out
@@ -843,6 +852,12 @@ class Consumer:
                     margin_ms=self.reap_interval_ms,
                 )
                 trouble.ok()
+                for job_id in sweep.moved:
+                    log.info(
+                        "reaped %s: its holder was presumed dead",
+                        job_id,
+                        extra={"job_id": job_id},
+                    )
                 if sweep.moved:
                     # The jobs are back on their lanes and their wake token is on the wake
                     # key, but the consumer parked longest may be the very holder presumed

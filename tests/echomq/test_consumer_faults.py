@@ -4,6 +4,7 @@ carry, a server that answers READONLY for a while, a task that ends, a cluster c
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -137,7 +138,7 @@ async def test_a_readonly_spell_kills_no_loop(
 
 
 async def test_a_valkey_freeze_longer_than_the_lapse_charges_no_stall(
-    private: tuple[EmbeddedValkey, redis.asyncio.Redis],
+    private: tuple[EmbeddedValkey, redis.asyncio.Redis], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Valkey frozen (SIGSTOP) for 2.5 s, twice the heartbeat lapse, while a live worker
     holds jobs, and a dead worker (it beat once, claimed, and never again) holds one. The
@@ -147,6 +148,7 @@ async def test_a_valkey_freeze_longer_than_the_lapse_charges_no_stall(
     before). A freeze lets the beats queued in the sockets land at once, so the live jobs
     would mostly survive even without the detection: the checks that tell the two apart
     are in test_reaper_lock.py, where nobody reaches Valkey during the gap."""
+    caplog.set_level(logging.INFO, logger="echomq")
     server, conn = private
     q = echomq.Queue(conn, "frozen")
     runs = Counter[str]()
@@ -190,6 +192,9 @@ async def test_a_valkey_freeze_longer_than_the_lapse_charges_no_stall(
     orphan = await q.jobs.get(ghost)
     assert orphan is not None and orphan.stalls == 1 and orphan.state == "completed"
     assert stats["counters"].get("reaped", 0) == 1
+    # one log line for the reap, the job's id as a field (JSON logs carry it)
+    reaped = [r for r in caplog.records if r.getMessage().startswith("reaped ")]
+    assert [getattr(r, "job_id", None) for r in reaped] == [ghost]
 
 
 async def _holds(q: echomq.Queue, worker_id: str, n: int) -> bool:
