@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import echomq
 from tests.echomq.conftest import locations
 
@@ -56,3 +58,19 @@ async def test_reap_moves_at_most_its_limit_a_call_one_hundred_by_default(
     assert len(await q.stalled.reap()) == 100
     assert len(await q.stalled.reap()) == 1
     assert await q.stalled.reap() == []
+
+
+async def test_a_claim_of_zero_jobs_is_refused_before_anything_is_sent(q: echomq.Queue) -> None:
+    await q.jobs.enqueue("x")
+    with pytest.raises(ValueError):
+        await q.jobs.claim_many("w", LEASE, 0)
+    with pytest.raises(ValueError):
+        await q.lanes.claim_many("w", LEASE, 0)
+    assert len((await q.jobs.claim_many("w", LEASE, 1)).claims) == 1
+
+
+async def test_a_claim_reports_the_next_due_time_or_none(q: echomq.Queue) -> None:
+    assert (await q.jobs.claim_many("w", LEASE, 1)).next_due_ms is None  # nothing scheduled
+    jid = await q.jobs.enqueue("later", delay_ms=60_000)
+    due = await q.conn.zscore(q.keys.scheduled, jid)
+    assert (await q.jobs.claim_many("w", LEASE, 1)).next_due_ms == due

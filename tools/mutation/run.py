@@ -194,6 +194,9 @@ EQUIVALENT: dict[str, str] = {
     "echomq.stalled.xǁStalledǁreap__mutmut_21": (
         "horizon_ms 1 for 0: it shapes only the wait reported, which reap() drops"
     ),
+    "echomq.jobs.x_decode_batch__mutmut_17": (
+        "next due 0 read as none: 0 is 1970-01-01, never a due time on the server clock"
+    ),
     "web.hub.xǁHubǁreplay__mutmut_14": (
         "page = budget - 1: one more page read before the same decision (budget >= 2)"
     ),
@@ -336,7 +339,7 @@ def run_group(
     if not (args.resume and (copy / "mutants").is_dir()):
         copy_tree(copy, args.rev)
         configure(copy, group)
-    globs = list(group.focus) if args.focus else []
+    globs = args.mutants or (list(group.focus) if args.focus else [])
     log = OUT / f"mutmut-{name}.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     started = time.monotonic()
@@ -387,7 +390,7 @@ def summarise(
     log: str,
 ) -> dict[str, Any]:
     """The group's verdicts so far, per module, with every survivor's diff."""
-    globs = list(group.focus) if args.focus else []
+    globs = args.mutants or (list(group.focus) if args.focus else [])
     seen = verdicts(copy)
     rows: dict[str, Counter[str]] = {}
     checked: Counter[str] = Counter()
@@ -451,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--focus", action="store_true", help="only each group's guarded functions")
     ap.add_argument("--resume", action="store_true", help="reuse the last copy and its verdicts")
     ap.add_argument("--report", action="store_true", help="only report the last run's verdicts")
+    ap.add_argument(
+        "--mutants",
+        nargs="+",
+        help="only these mutants (names or globs), e.g. a rerun of survivors",
+    )
     ap.add_argument("--list", action="store_true", help="print the groups and exit")
     args = ap.parse_args(argv)
     if args.rev:
@@ -475,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         # re-read: another run (another group) may have written it meanwhile
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         if args.report and name in report:  # keep the measured run's time and exit code
-            r.update({k: report[name][k] for k in ("seconds", "exit_code", "log")})
+            r.update({k: report[name][k] for k in ("seconds", "exit_code", "log", "rev")})
         report[name] = r
         report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         (OUT / f"mutmut-{name}.json").write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
