@@ -197,6 +197,16 @@ EQUIVALENT: dict[str, str] = {
     "echomq.jobs.x_decode_batch__mutmut_17": (
         "next due 0 read as none: 0 is 1970-01-01, never a due time on the server clock"
     ),
+    "codemojex.store.scores.x__best_per_round__mutmut_8": (
+        "<= for <: equal keys (points, seq, job id) are the same job's record"
+    ),
+    **dict.fromkeys(
+        (f"codemojex.store.scores.xǁ_Statementsǁ_pack__mutmut_{n}" for n in (3, 5, 6)),
+        "zip's strictness: every row of a batch has the same columns",
+    ),
+    "codemojex.store.scores.x__sqlite_statements__mutmut_12": (
+        "columnar None for False: only its truth is read"
+    ),
     "web.hub.xǁHubǁreplay__mutmut_14": (
         "page = budget - 1: one more page read before the same decision (budget >= 2)"
     ),
