@@ -207,9 +207,6 @@ EQUIVALENT: dict[str, str] = {
     "codemojex.store.scores.x__sqlite_statements__mutmut_12": (
         "columnar None for False: only its truth is read"
     ),
-    "web.hub.xǁHubǁreplay__mutmut_14": (
-        "page = budget - 1: one more page read before the same decision (budget >= 2)"
-    ),
 }
 
 # A survivor whose only change is the text of an error (the message given to a raised
