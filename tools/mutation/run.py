@@ -346,6 +346,7 @@ def run_group(
     if not (args.resume and (copy / "mutants").is_dir()):
         copy_tree(copy, args.rev)
         configure(copy, group)
+        (copy / ".mutation-rev").write_text(args.rev or "working tree")  # for --resume
     globs = args.mutants or (list(group.focus) if args.focus else [])
     log = OUT / f"mutmut-{name}.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
@@ -422,7 +423,7 @@ def summarise(
         "group": name,
         "what": group.what,
         "tests": list(group.tests),
-        "rev": args.rev or "working tree",
+        "rev": rev.read_text() if (rev := copy / ".mutation-rev").exists() else args.rev,
         "focus": globs,
         # a report-only pass: finished when every mutant in scope has its verdict
         "finished": exit_code == 0 if exit_code is not None else not checked["not checked"],
