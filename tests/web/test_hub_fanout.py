@@ -5,7 +5,8 @@ marking the leaderboard for the next broadcast.
 Found by mutation testing (tools/mutation/run.py, group ``hub``): the progress rows were
 only ever checked for their counts, and the solve's leaderboard test passed on the hub's
 first broadcast (the board starts out dirty), so dropping "a solve dirties the board"
-went unnoticed; nor did forgetting a player's other sockets when one of them closed.
+went unnoticed; nor did forgetting a player's other sockets when one of them closed, nor
+dropping the score's seq (which only a web process that did not accept the guess needs).
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ from websockets.asyncio.client import connect
 import web.hub
 from codemojex.rules import feedback
 from echomq.server import EmbeddedValkey
-from tests.web.conftest import Served, drain, of_type, recv, recv_until, submit
+from tests.web.conftest import (
+    Served,
+    drain,
+    of_type,
+    recv,
+    recv_until,
+    serve,
+    submit,
+    wait_completed,
+)
 
 pytestmark = pytest.mark.usefixtures("module_worker")
 
@@ -109,3 +119,21 @@ async def test_a_players_other_socket_still_gets_scores_after_one_closes(served:
         job = await submit(served, player["token"], rnd["round_id"], [rnd["palette"][0]] * 4)
         score = await recv_until(kept, of_type("score", job_id=job))
     assert score["player_id"] == player["player_id"]
+
+
+async def test_a_web_process_that_accepted_no_guess_counts_them_from_the_score(
+    served: Served,
+) -> None:
+    # Process B starts after two of the player's guesses were scored through A: it knows
+    # of the third guess only from its score event, whose seq says it was the third.
+    watcher, player = await served.new_player("Watcher"), await served.new_player("Player")
+    rnd = await served.current_round()
+    pal = rnd["palette"]
+    for i in range(2):
+        job = await submit(served, player["token"], rnd["round_id"], [pal[i]] * 4)
+        await wait_completed(served, player["token"], job)
+    async with serve(served.config) as other, connect(other.ws_url(watcher["token"])) as ws:
+        await recv(ws), await recv(ws)
+        await submit(served, player["token"], rnd["round_id"], [pal[2]] * 4)
+        row = _rows(await recv_until(ws, _scored(player["player_id"], 1)), player["player_id"])[0]
+    assert row["guesses"] == 3
