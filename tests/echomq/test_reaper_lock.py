@@ -113,23 +113,27 @@ async def _held(q: echomq.Queue, worker: str, lane: str, lapse_ms: int) -> str:
 async def test_a_gap_in_sweeps_longer_than_a_live_queue_leaves_is_an_outage(
     q: echomq.Queue,
 ) -> None:
-    # Nobody reached Valkey for 1.2 s (no sweep, no beat): the deadlines that passed then
+    # Nobody reached Valkey for 1.8 s (no sweep, no beat): the deadlines that passed then
     # say nothing of their holders. The first sweep after gives every holder a lapse
     # instead of reaping; a holder that then beats keeps its job, with no stall charged;
     # one that never beats again is reaped once its grace runs out, its stall counted.
-    lapse, margin = 400, 100
-    assert (await q.stalled.sweep("R", 1_000, lapse, margin_ms=margin)).leader
+    # (Sweeps after the outage come 0.25 s apart, far inside horizon + margin = 1 s, so a
+    # loaded machine does not make them look like another outage.)
+    lapse, margin = 600, 400
+    assert (await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)).leader
     alive = await _held(q, "alive", "a", lapse)
     dead = await _held(q, "dead", "d", lapse)
-    await asyncio.sleep(1.2)  # > horizon + margin since R's last sweep
-    after = await q.stalled.sweep("R", 1_000, lapse, margin_ms=margin)
+    await asyncio.sleep(1.8)  # > horizon + margin since R's last sweep
+    after = await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)
     assert after.moved == []
     assert (await q.stats())["counters"]["outages"] == 1
     assert await locations(q, alive) == await locations(q, dead) == ["active"]
-    await q.heartbeat("alive", lapse)
-    await asyncio.sleep(0.45)  # past the grace (one lapse): only the silent one is judged
-    await q.heartbeat("alive", lapse)
-    moved = (await q.stalled.sweep("R", 1_000, lapse, margin_ms=margin)).moved
+    moved: list[str] = []
+    for _ in range(5):  # 1.25 s: past the dead one's grace (one lapse)
+        await q.heartbeat("alive", lapse)
+        await asyncio.sleep(0.25)
+        await q.heartbeat("alive", lapse)
+        moved += (await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)).moved
     assert moved == [dead]
     alive_info, dead_info = await q.jobs.get(alive), await q.jobs.get(dead)
     assert alive_info is not None and alive_info.state == "active" and alive_info.stalls == 0
@@ -140,11 +144,12 @@ async def test_a_gap_in_sweeps_longer_than_a_live_queue_leaves_is_an_outage(
 async def test_regular_sweeps_judge_a_silent_worker_as_before(q: echomq.Queue) -> None:
     # Sweeps went on (Valkey was reachable) while a worker stayed silent past its lapse:
     # no outage, it is reaped at once. The same with detection off (margin 0) after a gap.
-    lapse, margin = 400, 100
+    # (A 1 s margin: only a pause of 1.4 s between two sweeps would look like an outage.)
+    lapse, margin = 400, 1_000
     silent = await _held(q, "silent", "s", lapse)
     moved: list[str] = []
     for _ in range(8):
-        moved += (await q.stalled.sweep("R", 1_000, lapse, margin_ms=margin)).moved
+        moved += (await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)).moved
         await asyncio.sleep(0.1)
     assert moved == [silent]
     info = await q.jobs.get(silent)
@@ -154,4 +159,4 @@ async def test_regular_sweeps_judge_a_silent_worker_as_before(q: echomq.Queue) -
     again = await q.lanes.claim("other", 60_000)
     assert again is not None and again.job_id == silent
     await asyncio.sleep(1.2)
-    assert (await q.stalled.sweep("R", 1_000, lapse)).moved == [silent]
+    assert (await q.stalled.sweep("R", 5_000, lapse)).moved == [silent]
