@@ -65,7 +65,7 @@ from .lanes import Dedup
 from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .settings import Settings
-from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, WorkerInfo
+from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, WorkerInfo
 
 __all__ = [
     "TRANSIENT",
@@ -89,6 +89,7 @@ __all__ = [
     "Partitioned",
     "PartitionedConsumer",
     "Queue",
+    "QueueStats",
     "RateLimited",
     "Retry",
     "ServerError",

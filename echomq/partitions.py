@@ -80,7 +80,8 @@ class Partitioned:
         """Every partition's ``Queue.stats`` summed (lanes merged, counters added), with the
         per-partition figures under ``"partitions"``."""
         each = await asyncio.gather(*(q.stats(max_lanes) for q in self.partitions))
-        out: dict[str, Any] = {k: sum(int(s[k]) for s in each) for k in _SUMMED}
+        rows: list[dict[str, Any]] = [dict(s) for s in each]
+        out: dict[str, Any] = {k: sum(int(s[k]) for s in rows) for k in _SUMMED}
         lanes: dict[str, int] = {}
         counters: dict[str, int] = {}
         for s in each:

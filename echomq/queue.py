@@ -15,7 +15,7 @@ from .lanes import Lanes
 from .scripts import SCRIPTS, Arg, Runner, Script
 from .settings import Settings
 from .stalled import Stalled
-from .types import WorkerInfo
+from .types import QueueStats, WorkerInfo
 
 
 class Queue:
@@ -62,7 +62,7 @@ class Queue:
         if acked < self.settings.replicas:
             raise NotReplicated(job_id, acked, self.settings.replicas)
 
-    async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
+    async def stats(self, max_lanes: int = 1000) -> QueueStats:
         """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},
         "counters": {name: int}, "refused": {op: int}, "server_now_ms", "lane_count"}``,
         one snapshot. ``lanes`` lists the first ``max_lanes`` non-empty lanes (served

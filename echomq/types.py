@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from .codec import loads, number, text
 
@@ -152,3 +152,18 @@ class WorkerInfo:
     alive: bool
     deadline_ms: int | None
     meta: dict[str, str]
+
+
+class QueueStats(TypedDict):
+    """``Queue.stats()``: one consistent snapshot of where the queue's jobs are."""
+
+    pending: int  # plain pending + waiting in lanes
+    active: int
+    scheduled: int
+    completed: int  # rows retained
+    dead: int
+    lanes: dict[str, int]  # the first max_lanes non-empty lanes -> depth, served next first
+    counters: dict[str, int]  # cumulative: enqueued, claimed, completed, reaped, outages, …
+    refused: dict[str, int]  # stale calls refused, by operation
+    server_now_ms: int
+    lane_count: int  # every non-empty lane

@@ -24,8 +24,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
 
 import orjson
 import redis
@@ -63,7 +63,23 @@ def parse_event_id(value: str) -> tuple[int, int] | None:
     return pos if max(pos) <= _MAX_ID_PART else None
 
 
-def score_message(event: echomq.Event) -> dict[str, Any] | None:
+class ScoreMessage(TypedDict):
+    """The ``score`` message a player's socket gets (CONTRACT §4)."""
+
+    type: Literal["score"]
+    event_id: str
+    job_id: str
+    round_id: Any
+    player_id: str
+    seq: Any
+    guess: Any
+    exact: Any
+    near: Any
+    solved: Any
+    points: Any
+
+
+def score_message(event: echomq.Event) -> ScoreMessage | None:
     """The ``score`` message of a guesses-queue event, or None if it is not a score."""
     if event.type != "completed":
         return None
@@ -88,7 +104,7 @@ def score_message(event: echomq.Event) -> dict[str, Any] | None:
     }
 
 
-def dumps(message: dict[str, Any]) -> str:
+def dumps(message: Mapping[str, Any]) -> str:
     return orjson.dumps(message).decode()
 
 

@@ -47,6 +47,11 @@ async def test_an_unencodable_result_fails_only_its_job(
     # No slot died: the consumer runs on, with all four.
     more = [await q.jobs.enqueue(i) for i in range(8)]
     await wait_for(lambda: completed(q, 48))
+
+    async def counted_here() -> bool:  # the consumer counts once the reply is back
+        return c.completed >= 48
+
+    await wait_for(counted_here)
     assert c.failed == 1 and c.completed == 48 and more
 
 
