@@ -386,24 +386,6 @@ async def scores_for(
         return [_score(row) for row in await conn.execute(stmt)]
 
 
-def _score_values(score: ScoreRecord) -> dict[str, Any]:
-    return {
-        "job_id": score.job_id,
-        "round_id": score.round_id,
-        "player_id": score.player_id,
-        "seq": score.seq,
-        "guess": dump_list(score.guess),
-        "exact": score.exact,
-        "near": score.near,
-        "solved": score.solved,
-        "points": score.points,
-        "accepted_at_ms": score.accepted_at_ms,
-        "scored_at_ms": score.scored_at_ms,
-        "attempts": score.attempts,
-        "worker_id": score.worker_id,
-    }
-
-
 def _score(row: Any) -> ScoreRecord:
     return ScoreRecord(
         job_id=row.job_id,
