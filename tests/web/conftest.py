@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis.asyncio
 import uvicorn
 from websockets.asyncio.client import ClientConnection
 
@@ -311,3 +312,20 @@ async def drain(ws: ClientConnection, seconds: float) -> list[str]:
 
 def of_type(kind: str, **fields: Any) -> Callable[[dict[str, Any]], bool]:
     return lambda m: m.get("type") == kind and all(m.get(k) == v for k, v in fields.items())
+
+
+@pytest.fixture
+async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
+    """A client of the module's Valkey, for tests that look at (or provoke) its state."""
+    conn = redis.asyncio.Redis.from_url(private_valkey.url)
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def secret_of(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
+    """A round's secret, read where the game keeps it (tests only: to make a solve)."""
+    raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
+    assert raw is not None
+    return list(orjson.loads(raw))

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,15 +17,6 @@ from echomq.server import EmbeddedValkey
 from tests.web.conftest import ADMIN_TOKEN, Served, WorkerProcess, assert_error, bearer
 
 ADMIN = bearer(ADMIN_TOKEN)
-
-
-@pytest.fixture
-async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
-    conn = redis.asyncio.Redis.from_url(private_valkey.url)
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
 
 
 async def test_every_admin_route_wants_the_admin_token(served: Served) -> None:

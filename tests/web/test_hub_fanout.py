@@ -12,44 +12,27 @@ dropping the score's seq (which only a web process that did not accept the guess
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 import pytest
 import redis.asyncio
 from websockets.asyncio.client import connect
 
 import web.hub
 from codemojex.rules import feedback
-from echomq.server import EmbeddedValkey
 from tests.web.conftest import (
     Served,
     drain,
     of_type,
     recv,
     recv_until,
+    secret_of,
     serve,
     submit,
     wait_completed,
 )
 
 pytestmark = pytest.mark.usefixtures("module_worker")
-
-
-@pytest.fixture
-async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
-    conn = redis.asyncio.Redis.from_url(private_valkey.url)
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
-
-
-async def _secret(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
-    raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
-    assert raw is not None
-    return list(orjson.loads(raw))
 
 
 def _rows(message: dict[str, Any], player_id: str) -> list[dict[str, Any]]:
@@ -69,7 +52,7 @@ async def test_progress_carries_the_best_feedback_and_the_solve(
 ) -> None:
     watcher, player = await served.new_player("Watcher"), await served.new_player("Player")
     rnd = await served.current_round()
-    secret = await _secret(valkey, rnd["round_id"])
+    secret = await secret_of(valkey, rnd["round_id"])
     # A guess that neither solves nor misses entirely: the secret rotated by one.
     near_miss = secret[1:] + secret[:1]
     if near_miss == secret:  # four of one emoji: change one cell instead
@@ -91,7 +74,7 @@ async def test_a_solve_after_the_first_broadcast_still_updates_the_leaderboard(
 ) -> None:
     player = await served.new_player("Solver")
     rnd = await served.current_round()
-    secret = await _secret(valkey, rnd["round_id"])
+    secret = await secret_of(valkey, rnd["round_id"])
     async with connect(served.ws_url(player["token"])) as ws:
         await recv(ws), await recv(ws)
         # Let the hub's first flush spend the board's initial "dirty": from here on only

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 import pytest
 import redis.asyncio
 from websockets.asyncio.client import connect
 
-from echomq.server import EmbeddedValkey
-from tests.web.conftest import Served, assert_error, bearer, recv_until
+from tests.web.conftest import Served, assert_error, bearer, recv_until, secret_of
 
 pytestmark = pytest.mark.usefixtures("module_worker")
 
@@ -20,21 +17,6 @@ pytestmark = pytest.mark.usefixtures("module_worker")
 @pytest.fixture(scope="module")
 def game_settings() -> dict[str, Any]:
     return {"round_seconds": 2}
-
-
-@pytest.fixture
-async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
-    conn = redis.asyncio.Redis.from_url(private_valkey.url)
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
-
-
-async def _secret(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
-    raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
-    assert raw is not None
-    return list(orjson.loads(raw))
 
 
 async def _until_closed(s: Served, round_id: str) -> dict[str, Any]:
@@ -82,7 +64,7 @@ async def test_a_closed_round_shows_its_secret_and_solvers(
 ) -> None:
     player = await served.new_player("Quick")
     rnd = await served.current_round()
-    secret = await _secret(valkey, rnd["round_id"])
+    secret = await secret_of(valkey, rnd["round_id"])
     resp = await served.http.post(
         "/api/guesses",
         json={"round_id": rnd["round_id"], "guess": secret},
@@ -90,7 +72,7 @@ async def test_a_closed_round_shows_its_secret_and_solvers(
     )
     if resp.status_code == 409:  # the round closed under us; take the next one
         rnd = await served.current_round()
-        secret = await _secret(valkey, rnd["round_id"])
+        secret = await secret_of(valkey, rnd["round_id"])
         resp = await served.http.post(
             "/api/guesses",
             json={"round_id": rnd["round_id"], "guess": secret},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -14,7 +13,6 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
-from echomq.server import EmbeddedValkey
 from tests.helpers import free_port
 from tests.web.conftest import (
     Served,
@@ -22,27 +20,13 @@ from tests.web.conftest import (
     of_type,
     recv,
     recv_until,
+    secret_of,
     serve,
     submit,
     wait_completed,
 )
 
 pytestmark = pytest.mark.usefixtures("module_worker")
-
-
-@pytest.fixture
-async def valkey(private_valkey: EmbeddedValkey) -> AsyncIterator[redis.asyncio.Redis]:
-    conn = redis.asyncio.Redis.from_url(private_valkey.url)
-    try:
-        yield conn
-    finally:
-        await conn.aclose()
-
-
-async def _secret(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
-    raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
-    assert raw is not None
-    return list(orjson.loads(raw))
 
 
 async def _greeted(ws: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -396,7 +380,7 @@ async def test_progress_is_coalesced(served: Served) -> None:
 async def test_a_solve_updates_the_leaderboard(served: Served, valkey: redis.asyncio.Redis) -> None:
     player = await served.new_player("Solver")
     rnd = await served.current_round()
-    secret = await _secret(valkey, rnd["round_id"])
+    secret = await secret_of(valkey, rnd["round_id"])
     async with connect(served.ws_url(player["token"])) as ws:
         await _greeted(ws)
         job = await submit(served, player["token"], rnd["round_id"], secret)
