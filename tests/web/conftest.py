@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -329,3 +330,25 @@ async def secret_of(valkey: redis.asyncio.Redis, round_id: str) -> list[str]:
     raw = await valkey.hget(f"cmx:{{rounds}}:round:{round_id}", "secret")
     assert raw is not None
     return list(orjson.loads(raw))
+
+
+@contextlib.contextmanager
+def served_in_thread(config: Config, name: str) -> Iterator[int]:
+    """The production server (``server_config``) for ``config`` on a free port, in a thread
+    with its own event loop, for tests whose own loop only waits on a client; yields the
+    port and stops the server after."""
+    port = free_port()
+    server = uvicorn.Server(
+        server_config(create_app(config), port=port, log_level="warning", graceful_shutdown_s=2)
+    )
+    thread = threading.Thread(target=server.run, name=name)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(15)

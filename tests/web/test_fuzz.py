@@ -9,8 +9,6 @@ event loop), so the Hypothesis tests can be plain synchronous functions.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,17 +16,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from echomq.server import EmbeddedValkey
-from tests.helpers import free_port
-from tests.web.conftest import make_config
-from web.app import create_app
-from web.server import server_config
+from tests.web.conftest import make_config, served_in_thread
 
 ERROR_CODES = {
     "invalid_body",
@@ -63,33 +57,22 @@ def running(
     private_valkey: EmbeddedValkey, sql_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Running]:
     config = make_config(private_valkey.url, sql_url, tmp_path_factory.mktemp("fuzz"))
-    port = free_port()
-    server = uvicorn.Server(
-        server_config(create_app(config), port=port, log_level="warning", graceful_shutdown_s=2)
-    )
-    thread = threading.Thread(target=server.run, name="fuzz-server")
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
-            player = http.post("/api/players", json={"name": "Fuzzer"}).json()
-            rnd = http.get("/api/round").json()
-            yield Running(http, port, player["token"], rnd["round_id"], rnd["palette"])
-            # ... and it still serves, properly
-            assert http.get("/healthz").status_code == 200
-            fresh = http.post("/api/players", json={"name": "After"}).json()
-            resp = http.post(
-                "/api/guesses",
-                json={"round_id": rnd["round_id"], "guess": rnd["palette"][:4]},
-                headers={"Authorization": f"Bearer {fresh['token']}"},
-            )
-            assert resp.status_code == 202
-    finally:
-        server.should_exit = True
-        thread.join(15)
+    with (
+        served_in_thread(config, "fuzz-server") as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http,
+    ):
+        player = http.post("/api/players", json={"name": "Fuzzer"}).json()
+        rnd = http.get("/api/round").json()
+        yield Running(http, port, player["token"], rnd["round_id"], rnd["palette"])
+        # ... and it still serves, properly
+        assert http.get("/healthz").status_code == 200
+        fresh = http.post("/api/players", json={"name": "After"}).json()
+        resp = http.post(
+            "/api/guesses",
+            json={"round_id": rnd["round_id"], "guess": rnd["palette"][:4]},
+            headers={"Authorization": f"Bearer {fresh['token']}"},
+        )
+        assert resp.status_code == 202
 
 
 json_values = st.recursive(

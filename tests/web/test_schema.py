@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +25,14 @@ import httpx
 import jsonschema_rs
 import pytest
 import regex
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codemojex.errors import InvalidName
 from codemojex.names import validate_name
 from echomq.server import EmbeddedValkey
-from tests.helpers import free_port
-from tests.web.conftest import ADMIN_TOKEN, Served, assert_error, make_config
-from web.app import create_app
+from tests.web.conftest import ADMIN_TOKEN, Served, assert_error, make_config, served_in_thread
 from web.openapi import openapi_document
-from web.server import server_config
 
 MAX_EXAMPLES = 15
 MAX_PLAYER_EXAMPLES = 5
@@ -57,25 +51,12 @@ def running(
 ) -> Iterator[Running]:
     # In a thread with its own event loop: the test itself only waits for a subprocess.
     config = make_config(private_valkey.url, sql_url, tmp_path_factory.mktemp("schema"))
-    port = free_port()
-    server = uvicorn.Server(
-        server_config(create_app(config), port=port, log_level="warning", graceful_shutdown_s=2)
-    )
-    thread = threading.Thread(target=server.run, name="schema-server")
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
+    with served_in_thread(config, "schema-server") as port:
         base = f"http://127.0.0.1:{port}"
         player = httpx.post(f"{base}/api/players", json={"name": "Schemathesis"}).json()
         yield Running(base, player["token"])
         # It still serves after all that.
         assert httpx.get(f"{base}/livez").status_code == 200
-    finally:
-        server.should_exit = True
-        thread.join(15)
 
 
 def test_the_server_answers_as_its_openapi_document_says(running: Running, tmp_path: Path) -> None:
