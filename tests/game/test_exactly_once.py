@@ -52,6 +52,26 @@ async def wait_until(pred: Any, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def consume_until_completed(
+    game: Game, handler: echomq.Handler, jobs: list[str], worker_id: str, concurrency: int
+) -> None:
+    """Run an in-process Consumer over the guesses queue until every one of ``jobs`` is
+    completed, then stop it cleanly."""
+    consumer = echomq.Consumer(game.queue, handler, lease_ms=10_000, concurrency=concurrency,
+                               worker_id=worker_id, source="lanes")  # fmt: skip
+    task = asyncio.create_task(consumer.run())
+    try:
+
+        async def all_completed() -> bool:
+            infos = [await game.queue.jobs.get(j) for j in jobs]
+            return all(i is not None and i.state == "completed" for i in infos)
+
+        await wait_until(all_completed)
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 10)
+
+
 async def test_worker_killed_after_commit_before_complete(game: Game, config: Config) -> None:
     (player,) = await new_players(game, 1)
     rnd, _ = await game.current_round()

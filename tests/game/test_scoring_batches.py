@@ -3,13 +3,10 @@ each is counted once, and every job is completed only after its batch committed.
 
 from __future__ import annotations
 
-import asyncio
-
-import echomq
 from codemojex.game import Game
 from codemojex.rules import DEFAULT_PALETTE, feedback, points_for
 from codemojex.score_worker import ScoreWorker
-from tests.game.test_exactly_once import new_players, wait_until
+from tests.game.test_exactly_once import consume_until_completed, new_players
 
 
 async def test_handlers_scoring_at_once_share_commits_and_count_each_guess_once(
@@ -28,19 +25,9 @@ async def test_handlers_scoring_at_once_share_commits_and_count_each_guess_once(
         expected[pid] = max(expected.get(pid, 0), pts)
 
     scorer = ScoreWorker(game.engine, game.rounds, "WRK_batch")
-    consumer = echomq.Consumer(game.queue, scorer.handle, lease_ms=10_000, concurrency=32,
-                               worker_id="WRK_batch", source="lanes")  # fmt: skip
-    task = asyncio.create_task(consumer.run())
     try:
-
-        async def all_completed() -> bool:
-            infos = [await game.queue.jobs.get(j) for j in jobs]
-            return all(i is not None and i.state == "completed" for i in infos)
-
-        await wait_until(all_completed)
+        await consume_until_completed(game, scorer.handle, jobs, "WRK_batch", concurrency=32)
     finally:
-        consumer.stop()
-        await asyncio.wait_for(task, 10)
         await scorer.close()
     assert scorer.scored == len(jobs)
     assert scorer.group.records == len(jobs) and scorer.group.batches < len(jobs)

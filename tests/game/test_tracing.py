@@ -4,7 +4,6 @@ across real web and worker processes: tests/cli/test_tracing.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -17,11 +16,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-import echomq
 from codemojex import tracing
 from codemojex.game import Game
 from codemojex.score_worker import ScoreWorker
-from tests.game.test_exactly_once import new_players, wait_until
+from tests.game.test_exactly_once import consume_until_completed, new_players
 
 LEASE_MS = 10_000
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -70,19 +68,9 @@ async def _score_all(game: Game, jobs: list[str], worker_id: str, *, traced: boo
     handler = tracing.traced(scorer.handle, worker_id=worker_id, lease_ms=LEASE_MS)
     assert (handler == scorer.handle) is not traced  # off: the handler itself
     tracing.trace_completions(game.queue)
-    consumer = echomq.Consumer(game.queue, handler, lease_ms=LEASE_MS, concurrency=8,
-                               worker_id=worker_id, source="lanes")  # fmt: skip
-    task = asyncio.create_task(consumer.run())
     try:
-
-        async def all_completed() -> bool:
-            infos = [await game.queue.jobs.get(j) for j in jobs]
-            return all(i is not None and i.state == "completed" for i in infos)
-
-        await wait_until(all_completed)
+        await consume_until_completed(game, handler, jobs, worker_id, concurrency=8)
     finally:
-        consumer.stop()
-        await asyncio.wait_for(task, 10)
         await scorer.close()
 
 
