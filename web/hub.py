@@ -34,6 +34,7 @@ import echomq
 from codemojex import store, tracing
 from codemojex.game import Game
 from codemojex.views import Standing
+from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
 from web.metrics import Metrics
@@ -266,7 +267,7 @@ class Hub:
         )
         self._readers.append(reader)
         positions: dict[Any, Any] = {}  # stream key -> last id seen
-        delay = 0.1
+        backoff = Backoff(first=0.1, cap=5.0, jitter=False)
         while True:
             try:
                 if not positions:
@@ -274,13 +275,13 @@ class Hub:
                     # them with after= (replay), not through the live fan-out.
                     positions = {s: await self._last_id(reader, s) for s in streams}
                 reply = await reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
-                delay = 0.1
+                backoff.reset()
             except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
+                delay = backoff.next_delay()
                 log.warning(
                     "events reader: %s: %s; retrying in %.1fs", type(exc).__name__, exc, delay
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
                 continue
             for raw_stream, entries in _streams(reply):
                 stream = _text(raw_stream)
