@@ -36,6 +36,7 @@ log = logging.getLogger("codemojex")
 
 GRACEFUL_SHUTDOWN_S = 5
 DURABILITY = ("local", "replicated")
+MAX_PARTITIONS = 64  # a worker runs a consumer per partition: more would be idle slots
 _HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
 
 
@@ -133,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="serve every guess from one FIFO queue instead of fair lanes (CODEMOJEX_FIFO=1)",
+    )
+    game.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="spread the guesses queue over N slots, for a Valkey Cluster; every process "
+        "of a game must agree (1; CODEMOJEX_PARTITIONS)",
     )
     game.add_argument(
         "--guess-rate",
@@ -293,6 +301,8 @@ def _config(args: argparse.Namespace) -> Config:
             f"--durability must be one of {', '.join(DURABILITY)}, and "
             "CODEMOJEX_REPLICA_TIMEOUT_MS 1 or more"
         )
+    if not 1 <= config.partitions <= MAX_PARTITIONS:
+        raise Fatal(f"--partitions must be 1 to {MAX_PARTITIONS}")
     if not 0 <= config.metrics_port <= 65535:
         raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
     return config
@@ -492,6 +502,7 @@ def _up(args: argparse.Namespace) -> int:
                 config = config.with_(valkey_url=valkey.url)
             config = config.with_(database_url=config.sql_url)
             _migrate_or_fail(config.sql_url)
+            _agree_on_layout(config)
             config = config.with_(admin_token=config.resolve_admin_token())
             return _supervise(config, args.log_level, valkey, args.log_format)
         except KeyboardInterrupt:  # a signal before the supervisor took over
@@ -542,6 +553,26 @@ def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
     finally:
         if conn is not None:
             conn.close()
+
+
+def _agree_on_layout(config: Config) -> None:
+    """Before any child starts: this game's queue partitions are the ones recorded in
+    Valkey (a data dir from a game of another layout is refused, with what to do)."""
+    import redis
+
+    from codemojex.layout import LayoutMismatch, agree_sync
+    from echomq.connection import connect_sync
+
+    assert config.valkey_url
+    conn = connect_sync(config.valkey_url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        agree_sync(conn, config.partitions)
+    except LayoutMismatch as e:
+        raise Fatal(str(e)) from None
+    except redis.RedisError as e:
+        raise Fatal(f"cannot use Valkey at {redact(config.valkey_url)}: {e}") from None
+    finally:
+        conn.close()
 
 
 def _migrate_or_fail(url: str) -> None:

@@ -69,6 +69,10 @@ class Config:
     # local buffer outside the lanes' fair order, so an honest guess can wait behind it.
     prefetch: int = 0
     fifo: bool = False  # serve guesses from one FIFO queue instead of fair lanes
+    # The guesses queue over this many slots (echomq.Partitioned): on a Valkey Cluster the
+    # lanes spread over the masters. Every web and worker process must agree, so the first
+    # process records it in Valkey and the others refuse a different count.
+    partitions: int = 1
     admin_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
     # Admission limits of a web process (0 = off). A page opens one socket; a few tabs

@@ -17,10 +17,17 @@ from typing import Any, cast
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
-from codemojex import control, store
+from codemojex import control, layout, store
 from codemojex.admission import TokenBuckets
 from codemojex.config import GUESS_QUEUE, Config
-from codemojex.errors import Conflict, JobNotFound, NotYourGuess, RoundNotFound, Unauthorized
+from codemojex.errors import (
+    Conflict,
+    JobNotFound,
+    NotYourGuess,
+    RoundNotFound,
+    Unauthorized,
+    Unavailable,
+)
 from codemojex.guesses import Accepted, Guesses
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
@@ -59,15 +66,18 @@ class Game:
         self.engine = engine
         self.config = config
         replicated = config.durability == "replicated"
-        self.queue = echomq.Queue(
+        # The guesses queue, over config.partitions slots (one: the plain "guesses" queue).
+        self.queues = echomq.Partitioned(
             conn,
             GUESS_QUEUE,
+            config.partitions,
             echomq.Settings(replicas=1, replica_timeout_ms=config.replica_timeout_ms)
             if replicated
             else None,
         )
         self.rounds = Rounds(conn, engine, config)
-        self.guesses = Guesses(self.queue, self.rounds, config)
+        self.guesses = Guesses(self.queues, self.rounds, config)
+        self._layout_agreed = False
         self._players: OrderedDict[str, store.Player] = OrderedDict()
         self.new_players = TokenBuckets(
             conn,
@@ -88,6 +98,28 @@ class Game:
         )
         return cls(conn, store.make_engine(config.sql_url), config)
 
+    @property
+    def queue(self) -> echomq.Queue:
+        """The guesses queue of an unpartitioned game (tools and tests reach into it);
+        a partitioned game has no one queue: use :attr:`queues`."""
+        if len(self.queues) != 1:
+            raise RuntimeError(
+                f"the guesses queue has {len(self.queues)} partitions: use Game.queues"
+            )
+        return self.queues.partitions[0]
+
+    def queue_of(self, player_id: str) -> echomq.Queue:
+        """The partition holding ``player_id``'s guesses (all on one lane, or on FIFO's)."""
+        return self.queues.of_lane(self.guesses.lane_of(player_id))
+
+    async def agree_on_layout(self) -> None:
+        """Check (once per process) that this process and the game agree on the queue's
+        partitions (:mod:`codemojex.layout`); :class:`~codemojex.layout.LayoutMismatch`
+        otherwise."""
+        if not self._layout_agreed:
+            await layout.agree(self.conn, len(self.queues))
+            self._layout_agreed = True
+
     async def close(self) -> None:
         await self.conn.aclose()
         await self.engine.dispose()
@@ -102,7 +134,7 @@ class Game:
             await self.new_players.take(address)
         token = secrets.token_urlsafe(24)
         player = await store.create_player(
-            self.engine, clean, store.hash_token(token), await self.queue.server_time_ms()
+            self.engine, clean, store.hash_token(token), await self.queues.server_time_ms()
         )
         return NewPlayer(player.player_id, player.name, token)
 
@@ -131,13 +163,13 @@ class Game:
         info = await self.rounds.current()
         if info is None:
             info = await self.rounds.ensure()
-        return info, await self.queue.server_time_ms()
+        return info, await self.queues.server_time_ms()
 
     async def round_view(self, round_id: str) -> RoundView:
         info = await self.rounds.get(round_id)
         if info is None:
             raise RoundNotFound("no such round")
-        now = await self.queue.server_time_ms()
+        now = await self.queues.server_time_ms()
         out = info.public(now)
         if out["state"] == "closed":
             out["solvers"] = await store.round_solvers(self.engine, round_id)
@@ -148,6 +180,16 @@ class Game:
     async def submit(
         self, player_id: str, round_id: str, guess: object, idempotency_key: str | None = None
     ) -> Accepted:
+        try:
+            await self.agree_on_layout()  # a round trip the first time only
+        except layout.LayoutMismatch as e:
+            # A web process started beside a game of another layout (Valkey was down when
+            # it started): it must not strand guesses where no worker looks.
+            log.error("%s", e)
+            raise Unavailable(
+                "this server is misconfigured (queue partitions); try again later",
+                retry_after_s=60,
+            ) from None
         return await self.guesses.submit(player_id, round_id, guess, idempotency_key)
 
     async def guess_view(self, player_id: str, job_id: str) -> GuessView:
@@ -158,7 +200,10 @@ class Game:
         job shown with its score), and a job read as completed after no score was found
         has its score committed by then: read again."""
         score = await store.score_by_job(self.engine, job_id)
-        info = await self.queue.jobs.get(job_id)
+        info = await self.queue_of(player_id).jobs.get(job_id)
+        if info is None and score is None and len(self.queues) > 1:
+            # Not on the player's partition: another player's guess (403), or none (404).
+            info = await self.queues.get(job_id)
         if score is None and info is not None and info.state == "completed":
             score = await store.score_by_job(self.engine, job_id)
         if info is None and score is None:
@@ -190,7 +235,9 @@ class Game:
         # pending cap, instead of a walk over every active and scheduled job.
         return {
             info.job_id: info
-            for info in await self.queue.lanes.unfinished(player_id, limit=UNFINISHED_LISTED)
+            for info in await self.queue_of(player_id).lanes.unfinished(
+                player_id, limit=UNFINISHED_LISTED
+            )
             if info.state in ("pending", "active", "scheduled")
             and info.payload.get("round_id") == round_id
             and info.payload.get("player_id") == player_id
@@ -218,11 +265,12 @@ class Game:
 
     async def workers(self) -> list[WorkerView]:
         """Every worker known recently: alive ones from the registry, dead ones with why."""
-        alive = {w.worker_id: w for w in await self.queue.workers()}
+        alive = {w.worker_id: w for w in await self.queues.workers()}
         known = await _members(self.conn, control.KNOWN)
         exits = await control.exits(self.conn)
         killed = await control.killed(self.conn)
-        now = await self.queue.server_time_ms()
+        now = await self.queues.server_time_ms()
+        first = self.queues.partitions[0]  # a worker registers on every partition
         out: list[WorkerView] = []
         for wid in dict.fromkeys([*known, *alive]):
             # Ids are never reused, so a recorded exit is final even while the registry
@@ -233,13 +281,13 @@ class Game:
                 if w
                 else {
                     text(k): text(v)
-                    for k, v in (await self.conn.hgetall(self.queue.keys.worker(wid))).items()
+                    for k, v in (await self.conn.hgetall(first.keys.worker(wid))).items()
                 }
             )
             job_id = meta.get("job_id") or None
             lease_ms = None
             if w and job_id:
-                info = await self.queue.jobs.get(job_id)
+                info = await self.queues.get(job_id)
                 if (
                     info
                     and info.state == "active"
@@ -319,16 +367,21 @@ ARCHIVE_OVERLAP_MS = 1_000
 DEAD_KEPT = 10_000
 
 
+def floor_cursor(queue_name: str) -> str:
+    """The floor's cursor of one partition (the unpartitioned queue keeps the old key)."""
+    return FLOOR_CURSOR if queue_name == GUESS_QUEUE else f"{FLOOR_CURSOR}:{queue_name}"
+
+
 class Admin:
     """Operator actions (admin API). Takes the Game it acts on."""
 
     def __init__(self, game: Game) -> None:
         self.game = game
-        self.queue = game.queue
+        self.queues = game.queues
         self.conn = game.conn
 
     async def queue_view(self) -> QueueView:
-        s = await self.queue.stats()
+        s = await self.queues.stats()
         c = s["counters"]
         counters: QueueCounters = {
             "accepted": c.get("enqueued", 0),
@@ -355,26 +408,36 @@ class Admin:
     async def archive_dead(self, batch: int = ARCHIVE_BATCH, keep: int = DEAD_KEPT) -> int:
         """Copy every dead job not yet on the durable floor into SQL, ``batch`` at a time;
         returns how many deaths this recorded. Then keep at most ``keep`` dead jobs in
-        Valkey: the oldest of those already on the floor leave it (``_trim_dead``).
+        Valkey (split evenly over the partitions): the oldest of those already on the
+        floor leave it (``_trim_dead``).
 
-        A sweep starts from the death time it reached last time (kept in Valkey, shared
-        by every process), less ``ARCHIVE_OVERLAP_MS``: a job that died in the same
+        A partition's sweep starts from the death time it reached last time (kept in
+        Valkey, shared by every process; one cursor per partition, each on its own
+        master's clock), less ``ARCHIVE_OVERLAP_MS``: a job that died in the same
         millisecond as the last one archived, after that sweep read the set, is not
         skipped. Recording is idempotent, so the overlap costs a few no-op upserts.
         """
-        raw = await self.conn.get(FLOOR_CURSOR)
+        share = -(-keep // len(self.queues))
+        moved = 0
+        for queue in self.queues.partitions:
+            moved += await self._archive_partition(queue, batch, share)
+        return moved
+
+    async def _archive_partition(self, queue: echomq.Queue, batch: int, keep: int) -> int:
+        cursor = floor_cursor(queue.name)
+        raw = await self.conn.get(cursor)
         reached = int(raw) if raw is not None else 0
         since = max(0, reached - ARCHIVE_OVERLAP_MS)
         moved, offset = 0, 0
         while True:
-            page = await self.queue.jobs.dead(limit=batch, since_ms=since, offset=offset)
+            page = await queue.jobs.dead(limit=batch, since_ms=since, offset=offset)
             for info in page:
                 # upsert_dead records each death once: the same attempts is a no-op, a job
                 # that died again after a retry (higher attempts) reopens its row.
                 moved += await store.upsert_dead(
                     self.game.engine,
                     job_id=info.job_id,
-                    queue=self.queue.name,
+                    queue=queue.name,  # its partition: where a retry finds it
                     lane=info.lane,
                     payload=_json(info.payload),
                     error=info.error,
@@ -384,30 +447,30 @@ class Admin:
                 )
                 reached = max(reached, info.finished_at_ms or 0)
             if page:
-                await self.conn.set(FLOOR_CURSOR, reached)
+                await self.conn.set(cursor, reached)
             if len(page) < batch:
                 break
             offset += len(page)
-        await self._trim_dead(keep, safe_before_ms=reached - ARCHIVE_OVERLAP_MS)
+        await self._trim_dead(queue, keep, safe_before_ms=reached - ARCHIVE_OVERLAP_MS)
         return moved
 
-    async def _trim_dead(self, keep: int, safe_before_ms: int) -> int:
-        """Discard from Valkey the oldest dead jobs beyond ``keep``, only among those that
-        died before ``safe_before_ms`` (on the durable floor for sure: a sweep recorded
-        them, and the overlap of the next one is still after them). Their floor rows stay:
-        the admin page lists them and may discard them; a retry answers 409, the queue no
-        longer holds the job. Returns how many left."""
-        excess = int(await self.conn.zcard(self.queue.keys.dead)) - keep
+    async def _trim_dead(self, queue: echomq.Queue, keep: int, safe_before_ms: int) -> int:
+        """Discard from ``queue`` the oldest dead jobs beyond ``keep``, only among those
+        that died before ``safe_before_ms`` (on the durable floor for sure: a sweep
+        recorded them, and the overlap of the next one is still after them). Their floor
+        rows stay: the admin page lists them and may discard them; a retry answers 409,
+        the queue no longer holds the job. Returns how many left."""
+        excess = int(await self.conn.zcard(queue.keys.dead)) - keep
         if excess <= 0 or safe_before_ms <= 0:
             return 0
         raw = await self.conn.zrangebyscore(
-            self.queue.keys.dead, 0, safe_before_ms, start=0, num=min(excess, 1_000)
+            queue.keys.dead, 0, safe_before_ms, start=0, num=min(excess, 1_000)
         )
         ids = [text(jid) for jid in cast(list[bytes], raw)]
         trimmed = 0
         for first in range(0, len(ids), 50):  # a few connections at a time, not a thousand
             gone = await asyncio.gather(
-                *(self.queue.jobs.discard(jid) for jid in ids[first : first + 50]),
+                *(queue.jobs.discard(jid) for jid in ids[first : first + 50]),
                 return_exceptions=True,
             )
             for outcome in gone:
@@ -418,6 +481,11 @@ class Admin:
                     raise outcome
                 trimmed += 1
         return trimmed
+
+    async def _holder_of(self, job_id: str, queue_name: str) -> echomq.Queue | None:
+        """The partition a floor row names; a row from before partitions (or another
+        layout) is looked for in every partition."""
+        return self.queues.named(queue_name) or await self.queues.find(job_id)
 
     async def dead_jobs(self) -> list[DeadJobView]:
         await self.archive_dead()
@@ -442,19 +510,25 @@ class Admin:
             raise JobNotFound("no such dead job")
         if row.retried_at_ms is not None:
             raise Conflict("that dead job was already retried")
+        queue = await self._holder_of(job_id, row.queue)
         try:
-            await self.queue.jobs.retry_dead(job_id)
+            if queue is None:
+                raise echomq.JobNotFound(job_id)
+            await queue.jobs.retry_dead(job_id)
         except echomq.JobNotFound:
             raise Conflict("the job is no longer held by the queue") from None
         except echomq.InvalidState:
             raise Conflict("the job is not dead any more") from None
-        await store.mark_dead_retried(self.game.engine, job_id, await self.queue.server_time_ms())
+        await store.mark_dead_retried(self.game.engine, job_id, await queue.server_time_ms())
 
     async def discard_dead(self, job_id: str) -> None:
-        if not await store.delete_dead(self.game.engine, job_id):
+        row = await store.get_dead(self.game.engine, job_id)
+        if row is None or not await store.delete_dead(self.game.engine, job_id):
             raise JobNotFound("no such dead job")
+        queue = await self._holder_of(job_id, row.queue)
         try:
-            await self.queue.jobs.discard(job_id)
+            if queue is not None:
+                await queue.jobs.discard(job_id)
         except (echomq.JobNotFound, echomq.InvalidState):
             pass  # already gone from Valkey (or retried meanwhile): the floor row is what counts
 

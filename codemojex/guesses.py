@@ -54,10 +54,14 @@ class Accepted:
 
 
 class Guesses:
-    def __init__(self, queue: echomq.Queue, rounds: Rounds, config: Config) -> None:
-        self.queue = queue
+    def __init__(self, queues: echomq.Partitioned, rounds: Rounds, config: Config) -> None:
+        self.queues = queues
         self.rounds = rounds
         self.config = config
+
+    def lane_of(self, player_id: str) -> str:
+        """The lane of ``player_id``'s guesses: their own, or the one FIFO lane."""
+        return FIFO_LANE if self.config.fifo else player_id
 
     async def submit(
         self, player_id: str, round_id: str, guess: object, idempotency_key_: str | None = None
@@ -79,10 +83,10 @@ class Guesses:
             )
         config = self.config
         rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
-        lane = FIFO_LANE if config.fifo else player_id
+        lane = self.lane_of(player_id)
         try:
             with tracing.enqueueing(lane, player_id, round_id) as trace:
-                receipt = await self.queue.lanes.submit(
+                receipt = await self.queues.of_lane(lane).lanes.submit(
                     lane,
                     payload,
                     # the cap and the rate are the player's, on a lane of their own or on FIFO's

@@ -58,7 +58,7 @@ def standard_collectors(registry: CollectorRegistry) -> None:
 @dataclass
 class _Sources:
     worker_id: str
-    consumer: echomq.Consumer | None = None
+    consumer: echomq.Consumer | echomq.PartitionedConsumer | None = None
     scorer: ScoreWorker | None = None
 
 
@@ -119,7 +119,9 @@ class WorkerMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def watch(self, consumer: echomq.Consumer, scorer: ScoreWorker) -> None:
+    def watch(
+        self, consumer: echomq.Consumer | echomq.PartitionedConsumer, scorer: ScoreWorker
+    ) -> None:
         self._sources.consumer = consumer
         self._sources.scorer = scorer
 

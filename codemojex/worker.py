@@ -35,6 +35,7 @@ async def _until_ready(game: Game) -> None:
     while True:
         try:
             await game.rounds.ensure()
+            await game.agree_on_layout()  # LayoutMismatch: a configuration error, not retried
             return
         except (*echomq.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
             delay = backoff.next_delay()
@@ -44,7 +45,7 @@ async def _until_ready(game: Game) -> None:
             await asyncio.sleep(delay)
 
 
-async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Consumer) -> None:
+async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.PartitionedConsumer) -> None:
     """Block on this worker's kill key; a kill order SIGKILLs the process on the spot,
     after noting which jobs it dies holding (the admin page and ``mash`` check that each
     of them is scored by another worker)."""
@@ -118,13 +119,16 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.worker_id()
     tracing.configure("codemojex-worker")  # off unless OTEL_* ask (docs/observability.md)
     game = Game.connect(config)
-    tracing.trace_completions(game.queue)
-    if crashpoints.armed("mid_extend"):
-        _arm_mid_extend(game.queue)
+    for partition in game.queues.partitions:
+        tracing.trace_completions(partition)
+        if crashpoints.armed("mid_extend"):
+            _arm_mid_extend(partition)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     meters = WorkerMetrics(worker_id)
-    guesses = echomq.Consumer(
-        game.queue,
+    # One consumer per partition under this one worker id, the handlers split among them;
+    # with one partition, exactly the plain consumer of the "guesses" queue.
+    guesses = echomq.PartitionedConsumer(
+        game.queues,
         tracing.traced(meters.timed(scorer.handle), worker_id=worker_id, lease_ms=config.lease_ms),
         lease_ms=config.lease_ms,
         concurrency=config.concurrency,

@@ -1,5 +1,8 @@
 """``Partitioned``: one logical queue over N queues, ``emq:{name:0}:`` … ``emq:{name:N-1}:``.
 
+One partition is the plain queue ``name`` (``emq:{name}:``), so a deployment can start
+unpartitioned and a partitioned one's code path is the same at N = 1.
+
 A queue lives in one slot, so on a Valkey Cluster one master carries all of it. A
 partitioned queue puts each lane on partition ``crc32(lane) % N``, always the same one, so
 that everything a lane's enqueue checks (its order, sequence numbers, rate bucket, pending
@@ -31,9 +34,18 @@ from .consumer import Consumer, Handler
 from .ids import worker_id as mint_worker_id
 from .queue import Queue
 from .settings import Settings
-from .types import Enqueued, JobInfo
+from .types import Claim, Enqueued, JobInfo, QueueStats, WorkerInfo
 
-_SUMMED = ("pending", "active", "scheduled", "completed", "dead")
+
+class PartitionedStats(QueueStats):
+    """``Partitioned.stats()``: the partitions' :class:`QueueStats` summed, and each one."""
+
+    partitions: list[QueueStats]
+
+
+def partition_names(name: str, partitions: int) -> list[str]:
+    """The queue names of ``name``'s partitions: ``[name]`` alone, else ``name:0`` …"""
+    return [name] if partitions == 1 else [f"{name}:{i}" for i in range(partitions)]
 
 
 def partition_of(lane: str, partitions: int) -> int:
@@ -52,10 +64,22 @@ class Partitioned:
         self.conn = conn
         self.name = name
         self.settings = settings or Settings()
-        self.partitions = [Queue(conn, f"{name}:{i}", self.settings) for i in range(partitions)]
+        self.partitions = [Queue(conn, q, self.settings) for q in partition_names(name, partitions)]
+        self._by_name = {q.name: q for q in self.partitions}
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def named(self, queue_name: str) -> Queue | None:
+        """The partition called ``queue_name`` (as recorded with a job: ``JobInfo`` has no
+        queue, but a caller that kept ``Queue.name`` can go back to it), or None."""
+        return self._by_name.get(queue_name)
 
     def of_lane(self, lane: str) -> Queue:
+        """The partition of ``lane`` (the queue's every call on that lane goes there)."""
         checks.name("lane", lane)
+        if len(self.partitions) == 1:
+            return self.partitions[0]
         return self.partitions[partition_of(lane, len(self.partitions))]
 
     async def submit(self, lane: str, payload: Any, **kwargs: Any) -> Enqueued:
@@ -76,20 +100,50 @@ class Partitioned:
         q = await self.find(job_id)
         return None if q is None else await q.jobs.get(job_id)
 
-    async def stats(self, max_lanes: int = 1000) -> dict[str, Any]:
-        """Every partition's ``Queue.stats`` summed (lanes merged, counters added), with the
-        per-partition figures under ``"partitions"``."""
+    async def server_time_ms(self) -> int:
+        """The first partition's server clock (on a cluster each master has its own; a
+        job's lease is always minted and judged on its own partition's)."""
+        return await self.partitions[0].server_time_ms()
+
+    async def workers(self) -> list[WorkerInfo]:
+        """Workers registered on any partition, once each; a :class:`PartitionedConsumer`
+        registers its one id on every partition, and the first registration found wins."""
+        each = await asyncio.gather(*(q.workers() for q in self.partitions))
+        seen: dict[str, WorkerInfo] = {}
+        for rows in each:
+            for w in rows:
+                seen.setdefault(w.worker_id, w)
+        return list(seen.values())
+
+    async def stats(self, max_lanes: int = 1000) -> PartitionedStats:
+        """Every partition's ``Queue.stats`` summed (lanes merged up to ``max_lanes``,
+        counters and refusals added, the latest server clock), with the per-partition
+        figures under ``"partitions"``."""
         each = await asyncio.gather(*(q.stats(max_lanes) for q in self.partitions))
-        rows: list[dict[str, Any]] = [dict(s) for s in each]
-        out: dict[str, Any] = {k: sum(int(s[k]) for s in rows) for k in _SUMMED}
         lanes: dict[str, int] = {}
         counters: dict[str, int] = {}
+        refused: dict[str, int] = {}
         for s in each:
-            lanes.update(s["lanes"])  # a lane lives in one partition only
+            for lane, depth in s["lanes"].items():  # a lane lives in one partition only
+                if len(lanes) < max_lanes:
+                    lanes[lane] = depth
             for k, v in s["counters"].items():
                 counters[k] = counters.get(k, 0) + int(v)
-        out |= {"lanes": lanes, "counters": counters, "partitions": list(each)}
-        return out
+            for k, v in s["refused"].items():
+                refused[k] = refused.get(k, 0) + int(v)
+        return {
+            "pending": sum(s["pending"] for s in each),
+            "active": sum(s["active"] for s in each),
+            "scheduled": sum(s["scheduled"] for s in each),
+            "completed": sum(s["completed"] for s in each),
+            "dead": sum(s["dead"] for s in each),
+            "lane_count": sum(s["lane_count"] for s in each),
+            "lanes": lanes,
+            "counters": counters,
+            "refused": refused,
+            "server_now_ms": max(s["server_now_ms"] for s in each),
+            "partitions": list(each),
+        }
 
 
 class PartitionedConsumer:
@@ -120,6 +174,18 @@ class PartitionedConsumer:
     @property
     def completed(self) -> int:
         return sum(c.completed for c in self.consumers)
+
+    @property
+    def concurrency(self) -> int:
+        return sum(c.concurrency for c in self.consumers)
+
+    @property
+    def in_flight(self) -> list[Claim]:
+        return [claim for c in self.consumers for claim in c.in_flight]
+
+    @property
+    def running(self) -> list[Claim]:
+        return [claim for c in self.consumers for claim in c.running]
 
     def stop(self) -> None:
         for c in self.consumers:

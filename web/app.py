@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from codemojex.config import Config
 from codemojex.errors import CodemojexError
 from codemojex.game import Admin, Game
+from codemojex.layout import LayoutMismatch
 from web import admin, api, ws
 from web.errors import (
     BACKEND_ERRORS,
@@ -62,7 +63,8 @@ async def metrics(request: Request) -> Response:
     try:
         async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
             snapshot = dict(await Admin(services.game).queue_view())
-            queue = services.game.queue
+            # Every worker registers on every partition: the first one counts them.
+            queue = services.game.queues.partitions[0]
             snapshot["workers_alive"] = await queue.conn.zcard(queue.keys.workers)
     except BACKEND_ERRORS as exc:
         # The process's own metrics are still worth a scrape; codemojex_queue_up says 0.
@@ -78,6 +80,20 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(doc)
 
 
+async def _agree_on_layout(game: Game) -> None:
+    """Refuse to start beside processes with another ``--partitions`` (the process exits
+    with the reason). A Valkey that does not answer yet is no reason to stop: the first
+    guess checks it instead."""
+    try:
+        async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
+            await game.agree_on_layout()
+    except BACKEND_ERRORS as exc:
+        log.warning("valkey unavailable at start (%s): the layout is checked later", exc)
+    except LayoutMismatch:
+        await game.close()
+        raise
+
+
 def create_app(config: Config) -> Starlette:
     """The web app for ``config``; nothing connects until the lifespan starts."""
     admin_token = config.resolve_admin_token()
@@ -86,6 +102,7 @@ def create_app(config: Config) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         game = Game.connect(config)
+        await _agree_on_layout(game)
         hub = Hub(game, meters)
         hub.start()
         app.state.services = Services(config, game, hub, meters, admin_token)

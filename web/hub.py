@@ -1,8 +1,9 @@
 """The hub: one reader per web process follows the events streams and fans out to sockets.
 
-One task XREAD-BLOCKs on the guesses queue's events (``emq:{guesses}:events``) and the
-rounds queue's events (``emq:{rounds}:events``) on a connection of its own, and turns them
-into socket messages:
+One task XREAD-BLOCKs on the guesses queue's events (``emq:{guesses}:events``, or every
+partition's stream of a partitioned queue) and the rounds queue's events
+(``emq:{rounds}:events``) on a connection of its own (on a cluster, one task per stream:
+XREAD cannot span slots), and turns them into socket messages:
 
 * a guess's ``completed`` event → a ``score`` message to that guess's own player only
   (the emojis of a guess never reach anyone else);
@@ -37,6 +38,8 @@ from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
+from web import cursor
+from web.cursor import Position, parse_event_id
 from web.metrics import Metrics
 from web.outbox import OUTBOX_LIMIT, Connection, Outgoing
 from web.progress import FieldProgress, PlayerProgress
@@ -51,17 +54,6 @@ READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
 READ_COUNT = 500
 REPLAY_PAGE = 1_000
 CLOSE_TIMEOUT_S = 2.0
-_MAX_ID_PART = 2**64 - 1
-
-
-def parse_event_id(value: str) -> tuple[int, int] | None:
-    """``"ms-seq"`` (or ``"ms"``) as a comparable pair; None when it is not a stream id."""
-    ms, _, seq = value.partition("-")
-    if not ms.isdigit() or len(ms) > 20 or (seq and (not seq.isdigit() or len(seq) > 20)):
-        return None
-    pos = int(ms), int(seq or 0)
-    # Valkey's ids are two unsigned 64-bit numbers; a bigger one is no id it could answer.
-    return pos if max(pos) <= _MAX_ID_PART else None
 
 
 class ScoreMessage(TypedDict):
@@ -80,8 +72,9 @@ class ScoreMessage(TypedDict):
     points: Any
 
 
-def score_message(event: echomq.Event) -> ScoreMessage | None:
-    """The ``score`` message of a guesses-queue event, or None if it is not a score."""
+def score_message(event: echomq.Event, event_id: str | None = None) -> ScoreMessage | None:
+    """The ``score`` message of a guesses-queue event, or None if it is not a score;
+    ``event_id`` is its resume cursor (:mod:`web.cursor`), the event's id by default."""
     if event.type != "completed":
         return None
     try:
@@ -92,7 +85,7 @@ def score_message(event: echomq.Event) -> ScoreMessage | None:
         return None
     return {
         "type": "score",
-        "event_id": event.event_id,
+        "event_id": event.event_id if event_id is None else event_id,
         "job_id": event.job_id,
         "round_id": r.get("round_id"),
         "player_id": r["player_id"],
@@ -113,7 +106,13 @@ class Hub:
     def __init__(self, game: Game, metrics: Metrics) -> None:
         self.game = game
         self.metrics = metrics
-        self.guess_events = game.queue.keys.events
+        self.partitions = game.queues.partitions
+        self.guess_events = [q.keys.events for q in self.partitions]
+        self._partition_of = {stream: i for i, stream in enumerate(self.guess_events)}
+        # Per partition, the last event its reader handed out: every event up to it has
+        # been offered to every socket joined by then. Written by that stream's reader
+        # only; "0-0" until it starts (a resume from there replays more, never less).
+        self._seen = ["0-0"] * len(self.partitions)
         self.round_events = game.rounds.queue.keys.events
         self.outbox_limit = OUTBOX_LIMIT
         self.progress = FieldProgress()
@@ -130,7 +129,7 @@ class Hub:
 
     def start(self) -> None:
         tracing.configure("codemojex-web")  # decided once per process, from OTEL_*
-        streams = (self.guess_events, self.round_events)
+        streams = (*self.guess_events, self.round_events)
         assert self.game.config.valkey_url
         # XREAD cannot span slots: on a cluster (each queue in its own slot) every stream
         # has a reader of its own; on one server one XREAD follows both.
@@ -216,10 +215,21 @@ class Hub:
         players = self.progress.players(round_id)
         return await self._progress_message(round_id, players) if players else None
 
-    async def gap_after(self, after: tuple[int, int]) -> bool:
-        """True when events after ``after`` may have been trimmed from the stream already."""
+    def parse_cursor(self, value: str) -> list[Position] | None:
+        """An ``after=`` value as every partition's position; None if it is unusable."""
+        return cursor.decode(value, len(self.partitions))
+
+    async def gap_after(self, after: Sequence[Position]) -> bool:
+        """True when events after ``after`` (a position per partition) may have been
+        trimmed from any partition's stream already."""
+        gaps = await asyncio.gather(
+            *(self._gap_in(s, pos) for s, pos in zip(self.guess_events, after, strict=True))
+        )
+        return any(gaps)
+
+    async def _gap_in(self, stream: str, after: Position) -> bool:
         try:
-            info = await self.game.conn.xinfo_stream(self.guess_events)
+            info = await self.game.conn.xinfo_stream(stream)
         except redis.ResponseError:
             return False  # no stream yet: nothing was ever trimmed
         length = int(info.get("length", 0))
@@ -234,26 +244,33 @@ class Hub:
         # is not known, so an `after` older than the oldest retained id is a gap.
         return oldest is not None and after < oldest
 
-    async def replay(self, player_id: str, after: str) -> list[Outgoing] | None:
-        """This player's retained scores after ``after``, oldest first; None when that
-        means reading more than ``replay_max_events`` events (the socket gets a gap)."""
+    async def replay(self, player_id: str, after: Sequence[Position]) -> list[Outgoing] | None:
+        """This player's retained scores after ``after`` (a position per partition), each
+        partition's oldest first, one partition after another; None when that means
+        reading more than ``replay_max_events`` events (the socket gets a gap).
+
+        Each message's cursor has the partitions replayed before its own at their end,
+        its own at the message, and the ones after still at ``after``: a resume from any
+        of them misses nothing."""
         out: list[Outgoing] = []
-        cursor = after
+        at = [cursor.stream_id(p) for p in after]
         budget = self.game.config.replay_max_events or None
-        while True:
-            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
-            events = await self.game.queue.events.since(cursor, count=page)
-            if budget is not None:
-                budget -= len(events)
-                if budget < 0:
-                    return None
-            for event in events:
-                msg = score_message(event)
-                if msg is not None and msg["player_id"] == player_id:
-                    out.append(Outgoing(dumps(msg), event.job_id))
-            if len(events) < page:
-                return out
-            cursor = events[-1].event_id
+        for i, queue in enumerate(self.partitions):
+            while True:
+                page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
+                events = await queue.events.since(at[i], count=page)
+                if budget is not None:
+                    budget -= len(events)
+                    if budget < 0:
+                        return None
+                for event in events:
+                    at[i] = event.event_id
+                    msg = score_message(event, cursor.encode(event.event_id, at))
+                    if msg is not None and msg["player_id"] == player_id:
+                        out.append(Outgoing(dumps(msg), event.job_id))
+                if len(events) < page:
+                    break
+        return out
 
     # -- the reader -----------------------------------------------------------------------------
 
@@ -274,6 +291,9 @@ class Hub:
                     # Start at the streams' ends: a socket that needs older events asks for
                     # them with after= (replay), not through the live fan-out.
                     positions = {s: await self._last_id(reader, s) for s in streams}
+                    for s, last in positions.items():
+                        if s in self._partition_of:
+                            self._seen[self._partition_of[s]] = last
                 reply = await reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
@@ -288,9 +308,11 @@ class Hub:
                 for raw_id, fields in entries:
                     event = echomq.Event.from_entry(raw_id, fields)
                     positions[stream] = event.event_id
+                    partition = self._partition_of.get(stream)
                     try:
-                        if stream == self.guess_events:
-                            self._on_guess_event(event)
+                        if partition is not None:
+                            self._seen[partition] = event.event_id
+                            self._on_guess_event(event, cursor.encode(event.event_id, self._seen))
                         else:
                             await self._on_round_event(event)
                     except Exception:  # one bad event must not stop the feed
@@ -300,8 +322,8 @@ class Hub:
         entries = await reader.xrevrange(key, count=1)
         return _text(entries[0][0]) if entries else "0-0"
 
-    def _on_guess_event(self, event: echomq.Event) -> None:
-        msg = score_message(event)
+    def _on_guess_event(self, event: echomq.Event, event_id: str) -> None:
+        msg = score_message(event, event_id)
         if msg is None:
             return
         self._observe_latency(event)
@@ -344,7 +366,7 @@ class Hub:
         result = event.result
         if not isinstance(result, dict):
             return
-        now = await self.game.queue.server_time_ms()
+        now = await self.game.queues.server_time_ms()
         for round_id in (result.get("closed"), result.get("opened")):
             if not isinstance(round_id, str):
                 continue

@@ -68,7 +68,7 @@ async def test_nothing_leaves_valkey_before_it_is_on_the_floor(game: Game) -> No
     # Deaths the floor has not recorded yet are never trimmed, whatever their number.
     await _kill(game, 50)
     admin = Admin(game)
-    assert await admin._trim_dead(keep=0, safe_before_ms=0) == 0
+    assert await admin._trim_dead(game.queue, keep=0, safe_before_ms=0) == 0
     assert (await game.queue.stats())["dead"] == 50
     assert await admin.archive_dead(keep=0) == 50  # all within the overlap: none trimmed
     assert (await game.queue.stats())["dead"] == 50
