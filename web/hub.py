@@ -17,6 +17,11 @@ XREAD cannot span slots), and turns them into socket messages:
 The hub never waits for a socket: each has a bounded outbox (:mod:`web.outbox`), and one
 that overflows is evicted — its handler closes it with 4008 and the page resumes with
 ``after=`` — so a slow browser cannot slow the others.
+
+A resume point (``event_id``, sent back as ``after=``) is an id of one events stream. On a
+partitioned queue every partition has its own stream and ids, but a player's guesses all
+live on one partition (their lane's), so their scores all come from that partition's
+stream: the id is a position in it, and replay and gap checks read that stream alone.
 """
 
 from __future__ import annotations
@@ -38,8 +43,6 @@ from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
-from web import cursor
-from web.cursor import Position, parse_event_id
 from web.metrics import Metrics
 from web.outbox import OUTBOX_LIMIT, Connection, Outgoing
 from web.progress import FieldProgress, PlayerProgress
@@ -54,6 +57,17 @@ READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
 READ_COUNT = 500
 REPLAY_PAGE = 1_000
 CLOSE_TIMEOUT_S = 2.0
+_MAX_ID_PART = 2**64 - 1
+
+
+def parse_event_id(value: str) -> tuple[int, int] | None:
+    """``"ms-seq"`` (or ``"ms"``) as a comparable pair; None when it is not a stream id."""
+    ms, _, seq = value.partition("-")
+    if not ms.isdigit() or len(ms) > 20 or (seq and (not seq.isdigit() or len(seq) > 20)):
+        return None
+    pos = int(ms), int(seq or 0)
+    # Valkey's ids are two unsigned 64-bit numbers; a bigger one is no id it could answer.
+    return pos if max(pos) <= _MAX_ID_PART else None
 
 
 class ScoreMessage(TypedDict):
@@ -72,9 +86,8 @@ class ScoreMessage(TypedDict):
     points: Any
 
 
-def score_message(event: echomq.Event, event_id: str | None = None) -> ScoreMessage | None:
-    """The ``score`` message of a guesses-queue event, or None if it is not a score;
-    ``event_id`` is its resume cursor (:mod:`web.cursor`), the event's id by default."""
+def score_message(event: echomq.Event) -> ScoreMessage | None:
+    """The ``score`` message of a guesses-queue event, or None if it is not a score."""
     if event.type != "completed":
         return None
     try:
@@ -85,7 +98,7 @@ def score_message(event: echomq.Event, event_id: str | None = None) -> ScoreMess
         return None
     return {
         "type": "score",
-        "event_id": event.event_id if event_id is None else event_id,
+        "event_id": event.event_id,
         "job_id": event.job_id,
         "round_id": r.get("round_id"),
         "player_id": r["player_id"],
@@ -106,13 +119,7 @@ class Hub:
     def __init__(self, game: Game, metrics: Metrics) -> None:
         self.game = game
         self.metrics = metrics
-        self.partitions = game.queues.partitions
-        self.guess_events = [q.keys.events for q in self.partitions]
-        self._partition_of = {stream: i for i, stream in enumerate(self.guess_events)}
-        # Per partition, the last event its reader handed out: every event up to it has
-        # been offered to every socket joined by then. Written by that stream's reader
-        # only; "0-0" until it starts (a resume from there replays more, never less).
-        self._seen = ["0-0"] * len(self.partitions)
+        self.guess_events = {q.keys.events for q in game.queues.partitions}
         self.round_events = game.rounds.queue.keys.events
         self.outbox_limit = OUTBOX_LIMIT
         self.progress = FieldProgress()
@@ -129,7 +136,7 @@ class Hub:
 
     def start(self) -> None:
         tracing.configure("codemojex-web")  # decided once per process, from OTEL_*
-        streams = (*self.guess_events, self.round_events)
+        streams = (*sorted(self.guess_events), self.round_events)
         assert self.game.config.valkey_url
         # XREAD cannot span slots: on a cluster (each queue in its own slot) every stream
         # has a reader of its own; on one server one XREAD follows both.
@@ -215,19 +222,10 @@ class Hub:
         players = self.progress.players(round_id)
         return await self._progress_message(round_id, players) if players else None
 
-    def parse_cursor(self, value: str) -> list[Position] | None:
-        """An ``after=`` value as every partition's position; None if it is unusable."""
-        return cursor.decode(value, len(self.partitions))
-
-    async def gap_after(self, after: Sequence[Position]) -> bool:
-        """True when events after ``after`` (a position per partition) may have been
-        trimmed from any partition's stream already."""
-        gaps = await asyncio.gather(
-            *(self._gap_in(s, pos) for s, pos in zip(self.guess_events, after, strict=True))
-        )
-        return any(gaps)
-
-    async def _gap_in(self, stream: str, after: Position) -> bool:
+    async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
+        """True when events after ``after`` may have been trimmed already from the stream
+        of ``player_id``'s scores (their partition's)."""
+        stream = self.game.queue_of(player_id).keys.events
         try:
             info = await self.game.conn.xinfo_stream(stream)
         except redis.ResponseError:
@@ -244,33 +242,27 @@ class Hub:
         # is not known, so an `after` older than the oldest retained id is a gap.
         return oldest is not None and after < oldest
 
-    async def replay(self, player_id: str, after: Sequence[Position]) -> list[Outgoing] | None:
-        """This player's retained scores after ``after`` (a position per partition), each
-        partition's oldest first, one partition after another; None when that means
-        reading more than ``replay_max_events`` events (the socket gets a gap).
-
-        Each message's cursor has the partitions replayed before its own at their end,
-        its own at the message, and the ones after still at ``after``: a resume from any
-        of them misses nothing."""
+    async def replay(self, player_id: str, after: str) -> list[Outgoing] | None:
+        """This player's retained scores after ``after``, oldest first; None when that
+        means reading more than ``replay_max_events`` events (the socket gets a gap)."""
         out: list[Outgoing] = []
-        at = [cursor.stream_id(p) for p in after]
+        queue = self.game.queue_of(player_id)  # every score of theirs is in its stream
+        cursor = after
         budget = self.game.config.replay_max_events or None
-        for i, queue in enumerate(self.partitions):
-            while True:
-                page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
-                events = await queue.events.since(at[i], count=page)
-                if budget is not None:
-                    budget -= len(events)
-                    if budget < 0:
-                        return None
-                for event in events:
-                    at[i] = event.event_id
-                    msg = score_message(event, cursor.encode(event.event_id, at))
-                    if msg is not None and msg["player_id"] == player_id:
-                        out.append(Outgoing(dumps(msg), event.job_id))
-                if len(events) < page:
-                    break
-        return out
+        while True:
+            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
+            events = await queue.events.since(cursor, count=page)
+            if budget is not None:
+                budget -= len(events)
+                if budget < 0:
+                    return None
+            for event in events:
+                msg = score_message(event)
+                if msg is not None and msg["player_id"] == player_id:
+                    out.append(Outgoing(dumps(msg), event.job_id))
+            if len(events) < page:
+                return out
+            cursor = events[-1].event_id
 
     # -- the reader -----------------------------------------------------------------------------
 
@@ -291,9 +283,6 @@ class Hub:
                     # Start at the streams' ends: a socket that needs older events asks for
                     # them with after= (replay), not through the live fan-out.
                     positions = {s: await self._last_id(reader, s) for s in streams}
-                    for s, last in positions.items():
-                        if s in self._partition_of:
-                            self._seen[self._partition_of[s]] = last
                 reply = await reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
@@ -308,11 +297,9 @@ class Hub:
                 for raw_id, fields in entries:
                     event = echomq.Event.from_entry(raw_id, fields)
                     positions[stream] = event.event_id
-                    partition = self._partition_of.get(stream)
                     try:
-                        if partition is not None:
-                            self._seen[partition] = event.event_id
-                            self._on_guess_event(event, cursor.encode(event.event_id, self._seen))
+                        if stream in self.guess_events:
+                            self._on_guess_event(event)
                         else:
                             await self._on_round_event(event)
                     except Exception:  # one bad event must not stop the feed
@@ -322,8 +309,8 @@ class Hub:
         entries = await reader.xrevrange(key, count=1)
         return _text(entries[0][0]) if entries else "0-0"
 
-    def _on_guess_event(self, event: echomq.Event, event_id: str) -> None:
-        msg = score_message(event, event_id)
+    def _on_guess_event(self, event: echomq.Event) -> None:
+        msg = score_message(event)
         if msg is None:
             return
         self._observe_latency(event)

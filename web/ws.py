@@ -42,7 +42,7 @@ from web.errors import (
     idempotency_key,
     parse_json_object,
 )
-from web.hub import dumps
+from web.hub import dumps, parse_event_id
 from web.outbox import Connection, Outgoing
 from web.services import Services, services_of
 
@@ -218,12 +218,12 @@ async def _greet(
     )
     after = websocket.query_params.get("after")
     if after is not None:
-        positions = services.hub.parse_cursor(after)
+        pos = parse_event_id(after)
         replay = None
-        if positions is not None:
-            replay = await services.hub.replay(player.player_id, positions)
+        if pos is not None:
+            replay = await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}")
         # No usable id, a replay past its bound, or trimmed events: the page refetches.
-        if positions is None or replay is None or await services.hub.gap_after(positions):
+        if pos is None or replay is None or await services.hub.gap_after(player.player_id, pos):
             await _send(websocket, dumps({"type": "gap"}))
         for item in replay or ():
             if conn.first_time(item.job_id):

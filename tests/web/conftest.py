@@ -34,8 +34,10 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection
 
 import echomq
-from codemojex.config import Config
+from codemojex.config import GUESS_QUEUE, Config
 from codemojex.store import migrate, sqlite_url
+from echomq.keys import Keys
+from echomq.partitions import partition_names
 from echomq.server import EmbeddedValkey, die_with_parent
 from tests.helpers import free_port
 from web.app import create_app
@@ -171,6 +173,7 @@ def start_worker(config: Config, log: Path) -> WorkerProcess:
         "CODEMOJEX_DATA_DIR": str(config.data_dir),
         "CODEMOJEX_ROUND_SECONDS": str(config.round_seconds),
         "CODEMOJEX_LANE_CAP": str(config.lane_cap),
+        "CODEMOJEX_PARTITIONS": str(config.partitions),
     }
     with open(log, "ab") as out:
         proc = subprocess.Popen(
@@ -185,9 +188,10 @@ def start_worker(config: Config, log: Path) -> WorkerProcess:
     import redis
 
     conn = redis.Redis.from_url(str(config.valkey_url))
+    registry = Keys(partition_names(GUESS_QUEUE, config.partitions)[-1]).workers
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while conn.zscore("emq:{guesses}:workers", worker_id) is None:
+        while conn.zscore(registry, worker_id) is None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 worker.stop()
                 raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
