@@ -2,7 +2,9 @@
 processes against one Valkey (a single node, and a 3-master cluster) and one PostgreSQL.
 Players submit through both web processes, one worker is SIGKILLed mid-score; every guess
 is scored exactly once, each web process pushes every score to its own sockets once, and
-the two leaderboards agree."""
+the two leaderboards agree. On the cluster it runs twice: the guesses queue in one slot
+(one master carries it), and over three partitions (``--partitions 3``: the players'
+lanes spread over the masters)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ import httpx
 import orjson
 import pytest
 import websockets
+from redis.asyncio.cluster import RedisCluster
 
 import echomq
 from echomq.connection import connect
+from echomq.partitions import PartitionedStats
 from echomq.server import EmbeddedValkey
 from tests.cli.running import wait_until
 from tests.cluster import ValkeyCluster
@@ -33,7 +37,7 @@ PLAYERS = 10
 GUESSES = 6  # per player, alternating between the two web processes
 
 
-@pytest.fixture(params=["single", "cluster"])
+@pytest.fixture(params=["single", "cluster", "cluster-partitioned"])
 def valkey(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A Valkey URL of the test's own (the game's keys have fixed names)."""
     if request.param == "single":
@@ -52,11 +56,30 @@ def valkey(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             cluster.stop()
 
 
-def _stats(url: str) -> dict[str, Any]:
-    async def go() -> dict[str, Any]:
+@pytest.fixture
+def partitions(request: pytest.FixtureRequest) -> int:
+    return 3 if request.node.callspec.params["valkey"] == "cluster-partitioned" else 1
+
+
+def _stats(url: str, partitions: int) -> PartitionedStats:
+    async def go() -> PartitionedStats:
         conn = connect(url)
         try:
-            return await echomq.Queue(conn, "guesses").stats()
+            return await echomq.Partitioned(conn, "guesses", partitions).stats()
+        finally:
+            await conn.aclose()
+
+    return asyncio.run(go())
+
+
+def _masters_of(url: str, keys: list[str]) -> set[str]:
+    async def go() -> set[str]:
+        conn = connect(url)
+        assert isinstance(conn, RedisCluster)
+        try:
+            await conn.initialize()
+            nodes = [conn.get_node_from_key(k) for k in keys]
+            return {n.name for n in nodes if n is not None}
         finally:
             await conn.aclose()
 
@@ -64,7 +87,7 @@ def _stats(url: str) -> dict[str, Any]:
 
 
 def test_two_webs_three_workers_one_killed_mid_score(
-    tmp_path: Path, valkey: str, pg_cluster: PgCluster
+    tmp_path: Path, valkey: str, partitions: int, pg_cluster: PgCluster
 ) -> None:
     with contextlib.ExitStack() as stack:
         game = stack.enter_context(
@@ -75,6 +98,8 @@ def test_two_webs_three_workers_one_killed_mid_score(
                 "600",
                 "--guess-rate",
                 "0",
+                "--partitions",
+                str(partitions),
                 database_url=pg_cluster.create_database(),
             )
         )
@@ -165,11 +190,14 @@ def test_two_webs_three_workers_one_killed_mid_score(
             assert sorted(got[pid]) == sorted(sent[pid]), pid
         wait_until(lambda: set(game.scores()) == accepted, 60, "every guess in SQL")
         assert set(game.scores().values()) == {1}
-        stats = _stats(valkey)
+        stats = _stats(valkey, partitions)
         counters = stats["counters"]
         assert counters["completed"] == counters["enqueued"] == len(accepted), counters
         assert counters.get("reaped", 0) >= 1  # the killed worker was mid-score
         assert stats["active"] == stats["pending"] == stats["dead"] == 0
+        if partitions > 1:  # every partition carried guesses, on more than one master
+            assert all(p["counters"].get("completed", 0) > 0 for p in stats["partitions"])
+            assert len(_masters_of(valkey, [f"emq:{{guesses:{i}}}:" for i in range(3)])) >= 2
         boards = [h.get("/api/leaderboard").json() for h in https]
         assert boards[0] == boards[1]
         assert {p["player_id"] for p in boards[0]["players"]} == set(sent)
@@ -177,7 +205,7 @@ def test_two_webs_three_workers_one_killed_mid_score(
         assert dead.pid == killed[0] and dead.returncode == -signal.SIGKILL
         assert sum(1 for w in game.workers if w.poll() is None) == 2
         print(
-            f"\n{'cluster' if 'cluster' in valkey else 'single node'}: "
+            f"\n{'cluster' if 'cluster' in valkey else 'single node'}, {partitions} partition(s): "
             f"{len(accepted)} guesses, reaped {counters.get('reaped', 0)}, "
             f"{time.monotonic() - t0:.1f} s"
         )
