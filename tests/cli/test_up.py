@@ -111,3 +111,28 @@ def test_up_scores_guesses_stops_without_orphans_and_resumes_after_restart(
         )
         assert all(scores(http, token, scored))
     stop_and_check_nothing_is_left(again)
+
+
+@pytest.mark.timeout(120)
+def test_up_with_partitions_scores_and_a_restart_of_another_layout_is_refused(
+    start_up: Callable[..., Up],
+) -> None:
+    up = start_up("--workers", "1", "--partitions", "3", "--round-seconds", "60")
+    with client(up) as http:
+        tokens = [new_player(http, f"part{i}") for i in range(6)]
+        jobs = {t: submit(http, t, 2) for t in tokens}
+        for t, mine in jobs.items():
+            wait_until(
+                lambda t=t, mine=mine: all(scores(http, t, mine)),
+                20,
+                "every partition's guesses to be scored",
+                logs=up.logs,
+            )
+        view = http.get("/api/admin/queue", headers=up.admin()).json()
+        assert view["counters"]["scored"] == 12 and view["pending"] == 0
+    stop_and_check_nothing_is_left(up)
+    # The same data dir (the same Valkey AOF) under another count would strand guesses.
+    other = Up(up.data_dir, "--workers", "0", "--partitions", "2").start()
+    assert other.proc is not None and other.proc.wait(30) == 2, other.logs()
+    assert "has 3 partition(s)" in other.logs() and "CODEMOJEX_PARTITIONS=3" in other.logs()
+    wait_until(lambda: not other.leftovers(), 10, "the refused up's Valkey to stop")
