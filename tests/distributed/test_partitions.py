@@ -85,3 +85,35 @@ async def test_a_lane_keeps_its_order_seq_and_cap_in_its_partition(
     q = pq.of_lane("p1")
     batch = await q.lanes.claim_many("w", 60_000, 10)
     assert [c.payload for c in batch.claims] == [0, 1, 2]
+
+
+async def test_one_partition_is_the_plain_queue(redis_conn: Any, queue_name: str) -> None:
+    # A game can start unpartitioned: N = 1 keeps the queue's own keys, no ":0".
+    pq = Partitioned(redis_conn, queue_name, 1)
+    assert [q.keys.prefix for q in pq.partitions] == [f"emq:{{{queue_name}}}:"]
+    job = await pq.enqueue("any-lane", 1)
+    assert (await echomq.Queue(redis_conn, queue_name).jobs.get(job)) is not None
+
+
+async def test_stats_and_workers_are_summed_over_the_partitions(
+    redis_conn: Any, queue_name: str
+) -> None:
+    pq = Partitioned(redis_conn, queue_name, 3)
+    for i in range(30):
+        await pq.enqueue(f"l{i}", i)
+    each = [await q.stats() for q in pq.partitions]
+    s = await pq.stats()
+    assert set(s) == set(each[0]) | {"partitions"}  # a QueueStats, plus each partition's
+    assert s["lane_count"] == sum(e["lane_count"] for e in each) == 30
+    assert s["counters"]["enqueued"] == 30 and len(s["lanes"]) == 30
+    assert len((await pq.stats(max_lanes=5))["lanes"]) == 5
+    # A stale completion refused on one partition is counted in the sum.
+    claimed = await pq.partitions[1].lanes.claim_many("w1", 60_000, 1)
+    (claim,) = claimed.claims
+    assert not await pq.partitions[1].jobs.complete(claim.job_id, claim.token + 1, "late")
+    assert sum((await pq.stats())["refused"].values()) == 1
+    # One worker id registered on every partition is one worker.
+    for q in pq.partitions:
+        await q.heartbeat("WRK_one", 10_000)
+    assert [w.worker_id for w in await pq.workers()] == ["WRK_one"]
+    assert pq.named(f"{queue_name}:2") is pq.partitions[2] and pq.named(queue_name) is None
