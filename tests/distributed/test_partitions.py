@@ -8,9 +8,16 @@ import collections
 from typing import Any
 
 import pytest
+from redis.crc import key_slot
 
 import echomq
-from echomq.partitions import Partitioned, PartitionedConsumer, partition_of
+from echomq.partitions import (
+    SLOTS,
+    Partitioned,
+    PartitionedConsumer,
+    partition_names,
+    partition_of,
+)
 from tests.cluster import ValkeyCluster
 
 pytestmark = pytest.mark.parametrize("valkey_backend", ["single", "cluster"], indirect=True)
@@ -30,10 +37,17 @@ async def test_partitions_live_in_their_own_slots_across_masters(
 ) -> None:
     pq = Partitioned(redis_conn, queue_name, 6)
     prefixes = [q.keys.prefix for q in pq.partitions]
-    assert prefixes == [f"emq:{{{queue_name}:{i}}}:" for i in range(6)]
+    assert prefixes == [f"emq:{{{q}}}:" for q in partition_names(queue_name, 6)]
+    assert all(p.startswith(f"emq:{{{queue_name}:{i}") for i, p in enumerate(prefixes))
+    # Partition i's slot lies in the i-th sixth of the slots: two per master of three.
+    slots = [key_slot(p.encode()) for p in prefixes]
+    assert [s * 6 // SLOTS for s in slots] == list(range(6))
     if valkey_backend == "cluster":
         cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
-        assert len({cluster.master_of(p) for p in prefixes}) >= 2
+        masters = [cluster.master_of(p) for p in prefixes]
+        assert len(set(masters)) == 3 and all(masters.count(m) == 2 for m in masters)
+        three = [q.keys.prefix for q in Partitioned(redis_conn, "guesses", 3).partitions]
+        assert len({cluster.master_of(p) for p in three}) == 3  # the game's: one each
 
 
 async def test_every_job_is_handled_once_by_a_partitioned_consumer(
@@ -116,4 +130,5 @@ async def test_stats_and_workers_are_summed_over_the_partitions(
     for q in pq.partitions:
         await q.heartbeat("WRK_one", 10_000)
     assert [w.worker_id for w in await pq.workers()] == ["WRK_one"]
-    assert pq.named(f"{queue_name}:2") is pq.partitions[2] and pq.named(queue_name) is None
+    name = pq.partitions[2].name
+    assert pq.named(name) is pq.partitions[2] and pq.named(queue_name) is None

@@ -206,7 +206,8 @@ async def test_processes_of_another_layout_are_refused(pgame: Game, config: Conf
     finally:
         await other.close()
     # A real worker process of the wrong layout says why and stops.
-    proc = subprocess.run(
+    proc = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "codemojex", "worker", "--partitions", "2"],
         env=dict(
             os.environ,
@@ -217,6 +218,7 @@ async def test_processes_of_another_layout_are_refused(pgame: Game, config: Conf
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert proc.returncode == 2, proc.stderr
     assert "has 3 partition(s)" in proc.stderr and "--partitions 2" in proc.stderr

@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio
 from websockets.asyncio.client import connect
 
-from echomq.partitions import partition_of
+from echomq.keys import Keys
+from echomq.partitions import partition_names, partition_of
 from tests.web.conftest import (
     ADMIN_TOKEN,
     Served,
@@ -26,6 +27,7 @@ from tests.web.conftest import (
 )
 
 PARTITIONS = 3
+NAMES = partition_names("guesses", PARTITIONS)
 pytestmark = pytest.mark.usefixtures("module_worker")
 
 
@@ -62,7 +64,7 @@ async def test_every_partition_streams_its_players_scores_and_resumes(
             job = await submit(served, player["token"], rid, _guess(rnd, 0, 1, 2, i))
             score = await recv_until(ws, of_type("score", job_id=job))
             # a position in the player's own partition's stream
-            own = f"emq:{{guesses:{i}}}:events"
+            own = Keys(NAMES[i]).events
             assert await valkey.xrange(own, score["event_id"], score["event_id"])
             seen[i] = score["event_id"]
     # While every socket is away, each player scores two more; other players' events
@@ -96,7 +98,7 @@ async def test_a_trimmed_partition_gives_its_players_a_gap(
         for k in range(2):
             job = await submit(served, player["token"], rnd["round_id"], _guess(rnd, k, 1, 1, i))
             await wait_completed(served, player["token"], job)
-    await valkey.xtrim("emq:{guesses:1}:events", maxlen=1, approximate=False)
+    await valkey.xtrim(Keys(NAMES[1]).events, maxlen=1, approximate=False)
     for i, player in players.items():
         async with connect(served.ws_url(player["token"], after="1-0")) as ws:
             kinds = [(await recv(ws))["type"] for _ in range(3)]
@@ -115,7 +117,7 @@ async def test_the_admin_queue_view_and_metrics_sum_the_partitions(
     view = (await served.http.get("/api/admin/queue", headers=bearer(ADMIN_TOKEN))).json()
     counted = 0
     for i in range(PARTITIONS):
-        raw = await valkey.hget(f"emq:{{guesses:{i}}}:counters", "completed")
+        raw = await valkey.hget(Keys(NAMES[i]).counters, "completed")
         assert raw is not None and int(raw) > 0  # every partition scored something
         counted += int(raw)
     assert view["counters"]["scored"] == counted
