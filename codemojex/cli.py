@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
-from codemojex.config import Config, ConfigError, parse_bool
+from codemojex.config import Config, ConfigError, parse_bool, parse_forwarded_allow_ips
 
 T = TypeVar("T")
 
@@ -197,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default=None, help="address to listen on (127.0.0.1; CODEMOJEX_HOST)"
     )
     serving.add_argument("--port", type=int, default=None, help="HTTP port (8000; CODEMOJEX_PORT)")
+    serving.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="proxies whose X-Forwarded-For names the client, comma-separated IPs/CIDRs or * "
+        "(none: the client is the TCP peer; CODEMOJEX_FORWARDED_ALLOW_IPS)",
+    )
 
     up = sub.add_parser(
         "up",
@@ -305,6 +312,14 @@ def _config(args: argparse.Namespace) -> Config:
         raise Fatal(f"--partitions must be 1 to {MAX_PARTITIONS}")
     if not 0 <= config.metrics_port <= 65535:
         raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
+    if config.forwarded_allow_ips:
+        given_as = (
+            "--forwarded-allow-ips"
+            if getattr(args, "forwarded_allow_ips", None) is not None
+            else "CODEMOJEX_FORWARDED_ALLOW_IPS"
+        )
+        trusted = parse_forwarded_allow_ips(config.forwarded_allow_ips, given_as)
+        config = config.with_(forwarded_allow_ips=trusted)
     return config
 
 
@@ -361,6 +376,7 @@ def _web(args: argparse.Namespace) -> int:
             graceful_shutdown_s=GRACEFUL_SHUTDOWN_S,
             access_log=access_log,
             log_level=args.log_level,
+            forwarded_allow_ips=config.forwarded_allow_ips,
         )
     )
     if config.web_processes > 1:

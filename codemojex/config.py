@@ -5,6 +5,7 @@ Defaults serve the embedded single-machine game (``codemojex up``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass, field, fields, replace
@@ -39,6 +40,28 @@ def parse_bool(name: str, raw: str) -> bool:
     raise ConfigError(
         f"{name} must be one of {'/'.join(TRUE_WORDS + FALSE_WORDS[:-1])}, not {raw!r}"
     )
+
+
+def parse_forwarded_allow_ips(raw: str, name: str = "CODEMOJEX_FORWARDED_ALLOW_IPS") -> str:
+    """``raw`` as uvicorn's ``forwarded_allow_ips``: comma-separated IPs and CIDRs, or ``*``.
+
+    uvicorn keeps an entry it cannot parse as a literal that no client address ever equals,
+    so a typo would quietly trust nothing; here it is an error that names the entry."""
+    entries = [e.strip() for e in raw.replace(" ", ",").split(",") if e.strip()]
+    if entries == ["*"]:
+        return "*"
+    for entry in entries:
+        try:
+            if "/" in entry:
+                ipaddress.ip_network(entry)
+            else:
+                ipaddress.ip_address(entry)
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be comma-separated IP addresses or networks (CIDR), "
+                f"or * alone, not {entry!r}"
+            ) from None
+    return ",".join(entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +106,13 @@ class Config:
     # load test or a classroom behind one address start a few hundred players at once.
     player_rate: float = 1.0
     player_burst: int = 300
+    # Proxies whose X-Forwarded-For names the client (comma-separated IPs/CIDRs, "*" for
+    # any; uvicorn's forwarded_allow_ips). Empty: trust none, the client is the TCP peer.
+    # A proxy in front must be listed, or every player it carries shares its address (and
+    # its new-player bucket); a peer that is not listed cannot pick its address with the
+    # header. uvicorn takes the rightmost untrusted entry, but with "*" the leftmost: the
+    # one a client writes itself when the proxy appends ($proxy_add_x_forwarded_for).
+    forwarded_allow_ips: str = ""
     sockets_per_process: int = 10_000
     replay_max_events: int = 10_000
     appendfsync: str = "always"

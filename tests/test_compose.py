@@ -9,6 +9,7 @@ proxy route and scrape target points at something that exists.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from codemojex.cli import build_parser
-from codemojex.config import Config
+from codemojex.config import Config, parse_forwarded_allow_ips
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose.yaml"
@@ -300,6 +301,29 @@ def test_the_proxy_round_robins_over_web_and_carries_websockets(compose: dict[st
     # The app checks a browser's Origin against Host: the proxy must not rewrite it.
     assert re.search(r"proxy_set_header\s+Host\s+\$http_host\s*;", conf)
     assert f"proxy_pass http://{upstream.split()[1]}" in blocks["location /"]
+
+
+def test_web_trusts_the_proxys_forwarded_for_and_only_the_proxy_reaches_it(
+    either: dict[str, Any],
+) -> None:
+    """Behind the proxy every player's TCP peer is the proxy: web must read the player's
+    address from X-Forwarded-For (the new-player bucket is per address). That trust is safe
+    only while nothing but the proxy can connect to web, and only as a range: nginx appends
+    to the header a client sent, and with "*" uvicorn takes the client's own first entry."""
+    name, web = _role(either, "web")
+    trusted = parse_forwarded_allow_ips(web["environment"].get("CODEMOJEX_FORWARDED_ALLOW_IPS", ""))
+    assert trusted, "web trusts no proxy: every player would share the proxy's address"
+    assert trusted != "*", "with * a client's own X-Forwarded-For entry would be its address"
+    networks = [ipaddress.ip_network(n) for n in trusted.split(",")]
+    assert all(n.is_private for n in networks), f"{name} trusts public addresses: {trusted}"
+    assert "ports" not in web, f"{name} is published: any client could claim to be a proxy"
+    proxy = either["services"]["proxy"]
+    assert proxy["ports"] and proxy["depends_on"][name]
+    mount = next(v for v in proxy["volumes"] if v.endswith(":/etc/nginx/nginx.conf:ro"))
+    conf = re.sub(r"#[^\n]*", "", (ROOT / mount.split(":")[0]).read_text(encoding="utf-8"))
+    forwarded = re.search(r"proxy_set_header\s+X-Forwarded-For\s+(\S+)\s*;", conf)
+    assert forwarded is not None, "the proxy does not tell web who the client is"
+    assert forwarded[1] in ("$proxy_add_x_forwarded_for", "$remote_addr"), forwarded[1]
 
 
 def _mount_target(svc: dict[str, Any], source: str) -> str:

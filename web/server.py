@@ -63,14 +63,21 @@ def server_config(
     log_level: str = "info",
     access_log: bool = False,
     graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
+    forwarded_allow_ips: str = "",
     **overrides: Any,
 ) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the production settings, wherever it runs.
 
+    ``forwarded_allow_ips`` (``Config.forwarded_allow_ips``): the proxies whose
+    X-Forwarded-For sets the client address, which the per-address new-player bucket
+    keys on. Empty trusts no proxy: uvicorn's proxy-headers middleware is off and the
+    header is ignored, so a client cannot pick its address by sending one (uvicorn's own
+    default would trust 127.0.0.1, or its FORWARDED_ALLOW_IPS variable).
+
     ``overrides`` exist for what legitimately differs between callers (a socket to bind,
-    say); the websocket limits are not among them.
+    say); the websocket limits and the proxy trust are not among them.
     """
-    for fixed in ("ws", "ws_max_size", "ws_per_message_deflate"):
+    for fixed in ("ws", "ws_max_size", "ws_per_message_deflate", "proxy_headers"):
         if fixed in overrides:
             raise ValueError(f"{fixed} is fixed by web.server, not per caller")
     install_log_redaction()
@@ -86,7 +93,8 @@ def server_config(
         # "auto" takes httptools and uvloop, both dependencies: C parsing and a libuv loop.
         http="auto",
         loop="auto",
-        proxy_headers=False,
+        proxy_headers=bool(forwarded_allow_ips),
+        forwarded_allow_ips=forwarded_allow_ips or None,
         lifespan="on",
         log_config=None,
         access_log=access_log,
