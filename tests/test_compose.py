@@ -265,6 +265,8 @@ def test_the_cluster_file_runs_the_queue_on_three_durable_masters(
         assert svc["depends_on"]["valkey-cluster-init"]["condition"] == (
             "service_completed_successfully"
         )
+        # the guesses queue over one partition per master; web and workers must agree
+        assert svc["environment"]["CODEMOJEX_PARTITIONS"] == str(len(nodes)), name
 
 
 # -- proxy, Prometheus, Grafana ----------------------------------------------------------------
@@ -308,8 +310,9 @@ def test_web_trusts_the_proxys_forwarded_for_and_only_the_proxy_reaches_it(
 ) -> None:
     """Behind the proxy every player's TCP peer is the proxy: web must read the player's
     address from X-Forwarded-For (the new-player bucket is per address). That trust is safe
-    only while nothing but the proxy can connect to web, and only as a range: nginx appends
-    to the header a client sent, and with "*" uvicorn takes the client's own first entry."""
+    only while nothing but the proxy can connect to web, and while the proxy replaces the
+    header a client sent (appended to, with "*" uvicorn would take the client's own first
+    entry); a range, not "*", keeps it safe behind a proxy that appends."""
     name, web = _role(either, "web")
     trusted = parse_forwarded_allow_ips(web["environment"].get("CODEMOJEX_FORWARDED_ALLOW_IPS", ""))
     assert trusted, "web trusts no proxy: every player would share the proxy's address"
@@ -323,7 +326,7 @@ def test_web_trusts_the_proxys_forwarded_for_and_only_the_proxy_reaches_it(
     conf = re.sub(r"#[^\n]*", "", (ROOT / mount.split(":")[0]).read_text(encoding="utf-8"))
     forwarded = re.search(r"proxy_set_header\s+X-Forwarded-For\s+(\S+)\s*;", conf)
     assert forwarded is not None, "the proxy does not tell web who the client is"
-    assert forwarded[1] in ("$proxy_add_x_forwarded_for", "$remote_addr"), forwarded[1]
+    assert forwarded[1] == "$remote_addr", "the proxy must not pass on a client's own header"
 
 
 def _mount_target(svc: dict[str, Any], source: str) -> str:
