@@ -90,8 +90,15 @@ class _WorkerCollector(Collector):
             "fencing), lost (lease lost mid-score), released (handed back at stop)",
             labels=["outcome"],
         )
-        for outcome in ("completed", "failed", "stale", "lost", "released"):
-            jobs.add_metric([outcome], getattr(consumer, outcome))
+        outcomes = {
+            "completed": consumer.completed,
+            "failed": consumer.failed,
+            "stale": consumer.stale,
+            "lost": consumer.lost,
+            "released": consumer.released,
+        }
+        for outcome, count in outcomes.items():
+            jobs.add_metric([outcome], count)
         yield jobs
         held = GaugeMetricFamily("codemojex_worker_in_flight", "Jobs this worker holds now")
         held.add_metric([], len(consumer.in_flight))

@@ -202,9 +202,26 @@ class PartitionedConsumer:
             for q, c in zip(queue.partitions, share, strict=True)
         ]
 
+    # The counters of a Consumer, summed over the partitions.
     @property
     def completed(self) -> int:
         return sum(c.completed for c in self.consumers)
+
+    @property
+    def failed(self) -> int:
+        return sum(c.failed for c in self.consumers)
+
+    @property
+    def stale(self) -> int:
+        return sum(c.stale for c in self.consumers)
+
+    @property
+    def lost(self) -> int:
+        return sum(c.lost for c in self.consumers)
+
+    @property
+    def released(self) -> int:
+        return sum(c.released for c in self.consumers)
 
     @property
     def concurrency(self) -> int:
