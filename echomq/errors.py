@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 
+from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # Errors that mean "Valkey is unreachable for now": wait and try again, never crash. Every
-# loop of a consumer, a worker or the supervisor treats exactly these as transient.
+# loop of a consumer, a worker or the supervisor treats exactly these as transient. On a
+# cluster: CLUSTERDOWN and a failover's master-down (ClusterError), a slot being migrated
+# (TRYAGAIN, and the client's "TTL exhausted" ClusterError once its own retries run out).
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
     ConnectionError,
     OSError,
     asyncio.TimeoutError,
+    ClusterError,
+    TryAgainError,
 )
 
 

@@ -19,6 +19,18 @@ class Keys:
     def prefix(self) -> str:
         return f"emq:{{{self.name}}}:"
 
+    @property
+    def fence(self) -> str:
+        """Never written: every script declares it as its last key, so while the queue's
+        slot is being migrated between masters (some keys moved, some not) each script is
+        refused with TRYAGAIN on both nodes instead of running on half a queue. Without it
+        a script that declares only the prefix (claim, reap, stats, …) finds no key on the
+        old owner, is sent (ASK) to the new one and runs there on the keys moved so far:
+        a claim stranded the lanes it popped, and keys it wrote made MIGRATE fail with
+        BUSYKEY (tests/distributed/test_resharding.py). With it the queue pauses for the
+        move; callers see the cluster client's error and retry."""
+        return f"{self.prefix}~fence"
+
     def job(self, job_id: str) -> str:
         """Hash: the job row (payload, state, attempts, failures, stalls, …)."""
         return f"{self.prefix}job:{job_id}"

@@ -29,7 +29,7 @@ class Queue:
         self.name = name
         self.settings = settings or Settings()
         self.keys = Keys(name)
-        self.runner = Runner(conn)
+        self.runner = Runner(conn, self.keys.fence)
         self.jobs = Jobs(self)
         self.lanes = Lanes(self)
         self.stalled = Stalled(self)

@@ -54,12 +54,21 @@ Call = tuple[Script, Sequence[str], Sequence[Arg]]
 
 
 class Runner:
-    """Runs scripts on one connection (a ``redis.asyncio.Redis`` or ``RedisCluster``)."""
+    """Runs scripts on one connection (a ``redis.asyncio.Redis`` or ``RedisCluster``).
 
-    def __init__(self, conn: Any) -> None:
+    ``fence``: a key of the queue's slot that is never written, declared after every
+    call's own keys (:attr:`echomq.keys.Keys.fence`: why). Scripts address their keys by
+    index, never by ``#KEYS``, so one more at the end changes nothing they do."""
+
+    def __init__(self, conn: Any, fence: str | None = None) -> None:
         self.conn = conn
+        self.fence = fence
+
+    def _keys(self, keys: Sequence[str]) -> Sequence[str]:
+        return keys if self.fence is None else [*keys, self.fence]
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        keys = self._keys(keys)
         try:
             return await self.conn.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -82,6 +91,7 @@ class Runner:
         replay). On a cluster, a call redirected while in flight (MOVED after a failover)
         confirms nothing: its WAIT ran on another node's connection."""
         conn = self.conn
+        keys = self._keys(keys)
         cluster = hasattr(conn, "get_node_from_key")
         for cmd in (("EVALSHA", script.sha), ("EVAL", script.source)):
             if cluster:
@@ -116,6 +126,7 @@ class Runner:
             # redis-py's cluster pipeline refuses EVALSHA: on a cluster client the calls go
             # concurrently instead (one queue's keys share a slot, so one node serves them).
             return list(await asyncio.gather(*(self.run(*call) for call in calls)))
+        calls = [(script, self._keys(keys), args) for script, keys, args in calls]
         pipe = self.conn.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
