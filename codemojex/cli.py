@@ -351,6 +351,7 @@ def _require_valkey(config: Config, command: str) -> str:
             "`codemojex up` runs everything on one machine"
         )
     _check_external(config.valkey_url, unreachable_ok=True)
+    _agree_on_layout(config, unreachable_ok=True)
     return config.valkey_url
 
 
@@ -571,24 +572,31 @@ def _check_external(url: str, *, unreachable_ok: bool = False) -> None:
             conn.close()
 
 
-def _agree_on_layout(config: Config) -> None:
-    """Before any child starts: this game's queue partitions are the ones recorded in
-    Valkey (a data dir from a game of another layout is refused, with what to do)."""
+def _agree_on_layout(config: Config, *, unreachable_ok: bool = False) -> None:
+    """Before anything starts: this game's queue partitions are the ones recorded in
+    Valkey (a game of another layout is refused, with what to do). A web or worker whose
+    Valkey does not answer yet checks again once it does (web: on the first guess)."""
     import redis
+    from redis.exceptions import RedisClusterException
 
     from codemojex.layout import LayoutMismatch, agree_sync
     from echomq.connection import connect_sync
 
     assert config.valkey_url
-    conn = connect_sync(config.valkey_url, socket_timeout=5, socket_connect_timeout=5)
+    conn: Any = None
     try:
+        conn = connect_sync(config.valkey_url, socket_timeout=5, socket_connect_timeout=5)
         agree_sync(conn, config.partitions)
     except LayoutMismatch as e:
         raise Fatal(str(e)) from None
+    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as e:
+        if not unreachable_ok:
+            raise Fatal(f"cannot reach Valkey at {redact(config.valkey_url)}: {e}") from None
     except redis.RedisError as e:
         raise Fatal(f"cannot use Valkey at {redact(config.valkey_url)}: {e}") from None
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 def _migrate_or_fail(url: str) -> None:

@@ -205,20 +205,24 @@ async def test_processes_of_another_layout_are_refused(pgame: Game, config: Conf
         assert (await pgame.queues.stats())["pending"] == 0  # nothing stranded
     finally:
         await other.close()
-    # A real worker process of the wrong layout says why and stops.
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "codemojex", "worker", "--partitions", "2"],
-        env=dict(
-            os.environ,
-            CODEMOJEX_VALKEY_URL=config.valkey_url or "",
-            CODEMOJEX_DATABASE_URL=config.sql_url,
-        ),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "has 3 partition(s)" in proc.stderr and "--partitions 2" in proc.stderr
+    # Real worker and web processes of the wrong layout say why in one line and stop.
+    for role in ("worker", "web"):
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "codemojex", role, "--partitions", "2"],
+            env=dict(
+                os.environ,
+                CODEMOJEX_VALKEY_URL=config.valkey_url or "",
+                CODEMOJEX_DATABASE_URL=config.sql_url,
+                CODEMOJEX_DATA_DIR=str(config.data_dir),
+                CODEMOJEX_PORT="1",  # never reached: it stops before it listens
+            ),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 2, (role, proc.stderr)
+        assert "has 3 partition(s)" in proc.stderr and "--partitions 2" in proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
