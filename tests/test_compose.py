@@ -1,5 +1,6 @@
-"""compose.yaml, compose.cluster.yaml, the Dockerfile and deploy/, checked statically; and
-``docker compose config`` on both files where a Docker CLI with compose exists.
+"""compose.yaml, compose.cluster.yaml, the Dockerfile and deploy/, checked statically:
+against the compose specification's JSON schema (check-jsonschema's vendored copy, always),
+and ``docker compose config`` on both files where a Docker CLI with compose exists.
 
 The files are read with PyYAML (anchors and merge keys resolved, as compose resolves
 them). Every app service runs a real ``codemojex`` subcommand (parsed by the CLI's own
@@ -439,3 +440,34 @@ def test_docker_compose_accepts_the_files(files: list[Path]) -> None:
         argv, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+# -- the compose specification's own schema ----------------------------------------------------
+
+
+def _check_compose_schema(*files: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema against the compose-spec schema its wheel vendors (what `docker
+    compose` validates with), so the files are checked where no Docker runs."""
+    return subprocess.run(
+        ["check-jsonschema", "--builtin-schema", "vendor.compose-spec", *map(str, files)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_both_compose_files_follow_the_compose_specification() -> None:
+    done = _check_compose_schema(COMPOSE, CLUSTER)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_schema_check_refuses_a_malformed_file(tmp_path: Path) -> None:
+    # The validator bites: one wrong value in a copy of compose.yaml is refused.
+    text = COMPOSE.read_text(encoding="utf-8")
+    assert "restart: unless-stopped" in text
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(text.replace("restart: unless-stopped", "restart: [sometimes]", 1))
+    done = _check_compose_schema(bad)
+    assert done.returncode != 0 and "restart" in done.stdout, done.stdout + done.stderr
