@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import gc
 import html
-import io
 import itertools
 import logging
 import math
@@ -78,6 +76,7 @@ from websockets.uri import parse_uri
 from bench.common import (
     machine,
     machine_busy_seconds,
+    png_data_uri,
     proc_argv,
     proc_cpu_seconds,
     proc_parent,
@@ -1195,12 +1194,6 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             console.print(f"  {r['offered_per_s']:,.0f}/s: {note}")
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
 def write_html(path: Path, result: dict[str, Any]) -> None:
     """A self-contained page: the plots (embedded PNGs) and every row's main figures."""
     import matplotlib
@@ -1224,7 +1217,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    figs.append(_png(fig))
+    figs.append(png_data_uri(fig))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
     roles = sorted({role for r in rows for role in r["cpu"]["roles"]})
@@ -1243,7 +1236,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    figs.append(_png(fig))
+    figs.append(png_data_uri(fig))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(x, x, "k:", label="offered")
@@ -1258,7 +1251,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    figs.append(_png(fig))
+    figs.append(png_data_uri(fig))
     plt.close(fig)
     head = (
         "offered/s",

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import html
-import io
 import os
 import statistics
 import subprocess
@@ -61,6 +59,7 @@ from bench.common import (
     machine,
     machine_busy_seconds,
     machine_cores,
+    png_data_uri,
     proc_cpu_seconds,
     signals_raise_keyboardinterrupt,
 )
@@ -441,12 +440,6 @@ def table_lines(rows: list[dict[str, Any]], cores: int) -> list[str]:
 # HTML
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
 def write_html(path: Path, result: dict[str, Any]) -> None:
     """A self-contained page: per-master CPU per job and ceiling against measured, as plots
     (embedded PNGs), and the tables."""
@@ -477,7 +470,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
         xlabel="partitions", ylabel="Valkey CPU ms per job", title="Valkey CPU per job, by master"
     )
     ax.legend()
-    figs.append(_png(fig))
+    figs.append(png_data_uri(fig))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(labels, [r["ceiling_per_s"] for r in rows], "o-", label="Valkey-bound ceiling")
@@ -485,7 +478,7 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
     ax.set(xlabel="partitions", ylabel="jobs/s", title="ceiling vs measured", ylim=(0, None))
     ax.grid(True, alpha=0.3)
     ax.legend()
-    figs.append(_png(fig))
+    figs.append(png_data_uri(fig))
     plt.close(fig)
     m, o = result["machine"], result["options"]
     tables = "<pre>" + html.escape("\n".join(result["table"])) + "</pre>"

@@ -1,10 +1,13 @@
 """Shared helpers of the benchmarks: the machine's description, an embedded server that is
-always stopped, worker subprocesses that are always reaped, and Valkey INFO deltas."""
+always stopped, worker subprocesses that are always reaped, Valkey INFO deltas, and plots
+embedded in the HTML reports."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.metadata
+import io
 import os
 import platform
 import selectors
@@ -281,3 +284,14 @@ def proc_runqueue_wait_seconds(pid: int) -> float | None:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML reports
+
+
+def png_data_uri(fig: Any) -> str:
+    """A matplotlib figure as a ``data:`` URI, for a self-contained HTML report."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
