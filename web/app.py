@@ -28,7 +28,6 @@ from starlette.staticfiles import StaticFiles
 from codemojex.config import Config
 from codemojex.errors import CodemojexError
 from codemojex.game import Admin, Game
-from codemojex.layout import LayoutMismatch
 from web import admin, api, ws
 from web.errors import (
     BACKEND_ERRORS,
@@ -80,20 +79,6 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(doc)
 
 
-async def _agree_on_layout(game: Game) -> None:
-    """Refuse to start beside processes with another ``--partitions`` (the process exits
-    with the reason). A Valkey that does not answer yet is no reason to stop: the first
-    guess checks it instead."""
-    try:
-        async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
-            await game.agree_on_layout()
-    except BACKEND_ERRORS as exc:
-        log.warning("valkey unavailable at start (%s): the layout is checked later", exc)
-    except LayoutMismatch:
-        await game.close()
-        raise
-
-
 def create_app(config: Config) -> Starlette:
     """The web app for ``config``; nothing connects until the lifespan starts."""
     admin_token = config.resolve_admin_token()
@@ -101,8 +86,9 @@ def create_app(config: Config) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The queue layout was checked before the server started (codemojex web/up), and
+        # is checked again on the first guess (Game.submit) if Valkey was down then.
         game = Game.connect(config)
-        await _agree_on_layout(game)
         hub = Hub(game, meters)
         hub.start()
         app.state.services = Services(config, game, hub, meters, admin_token)
