@@ -145,3 +145,113 @@ def test_a_throttled_player_sees_an_inline_notice_and_keeps_the_guess(
         assert errors == []
     finally:
         page.close()
+
+
+RIVALS = 25  # more than the 20 leaders a progress message carries (web.progress.LEADERS)
+LEADERS = 20
+
+
+def test_the_field_shows_its_leaders_the_counts_and_my_own_row(
+    browser: Any, start_up: Callable[..., Up]
+) -> None:
+    """The player's own row comes from its own scores, so it is shown even when the server's
+    leaders (at most 20, each message replacing the last) leave it out."""
+    up = start_up("--workers", "1", "--round-seconds", "300")
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    http = httpx.Client(base_url=up.base, trust_env=False, timeout=10)
+    try:
+        join(page, up.base, "Me")
+        me = str(page.evaluate("JSON.parse(localStorage.getItem('codemojex.player')).player_id"))
+        counts = page.get_by_test_id("progress-counts")
+
+        # Alone in the field: I lead it, highlighted in place, with no separate own row.
+        type_guess(page, "1234")
+        page.locator(
+            f'[data-testid="progress-row"][data-rank="1"][data-me="true"]'
+            f'[data-player-id="{me}"][data-scored="1"]'
+        ).wait_for(timeout=20_000)
+        page.locator(
+            '[data-testid="progress-counts"][data-playing="1"][data-guesses="1"]'
+        ).wait_for(timeout=10_000)
+        assert page.get_by_test_id("progress-me").count() == 0
+
+        # 25 rivals make my guess once each; then I make it a second time. Same best
+        # feedback, more guesses (and, had it solved, the same solving seq): I am behind
+        # every one of them, whatever the secret, so not among the 20 leaders.
+        rnd = http.get("/api/round").json()
+        guess = rnd["palette"][:4]
+        for i in range(RIVALS):
+            rival = http.post("/api/players", json={"name": f"Rival {i:02d}"}).json()
+            answer = http.post(
+                "/api/guesses",
+                json={"round_id": rnd["round_id"], "guess": guess},
+                headers={"Authorization": f"Bearer {rival['token']}"},
+            )
+            assert answer.status_code == 202, answer.text
+        type_guess(page, "1234")
+
+        page.locator('[data-testid="guess-row"][data-state="scored"]').nth(1).wait_for(
+            timeout=20_000
+        )
+        job_id = page.locator('[data-testid="guess-row"]').first.get_attribute("data-job-id")
+        score = http.get(
+            f"/api/guesses/{job_id}", headers={"Authorization": f"Bearer {player_token(page)}"}
+        ).json()["score"]
+        solved = RIVALS + 1 if score["solved"] else 0
+
+        # The counts are the whole field's, not the rows shown.
+        page.locator(
+            f'[data-testid="progress-counts"][data-playing="{RIVALS + 1}"]'
+            f'[data-guesses="{RIVALS + 2}"][data-solved="{solved}"]'
+        ).wait_for(timeout=20_000)
+        assert counts.inner_text() == (
+            f"{RIVALS + 1} playing · {RIVALS + 2} guesses · {solved} solved"
+        )
+        # Every rival scored, the leaders settle: 20 rows, all rivals, each a replacement of
+        # the last message (my earlier leading row is gone, not merged in).
+        page.wait_for_function(
+            """(n) => {
+              const rows = [...document.querySelectorAll('[data-testid="progress-row"]')];
+              return rows.length === n && rows.every((r) => r.dataset.scored === '1');
+            }""",
+            arg=LEADERS,
+            timeout=20_000,
+        )
+        leaders = page.locator('[data-testid="progress-row"]')
+        assert leaders.count() == LEADERS
+        assert page.locator('[data-testid="progress-row"][data-me="true"]').count() == 0
+        ranks = [leaders.nth(i).get_attribute("data-rank") for i in range(LEADERS)]
+        assert ranks == [str(i + 1) for i in range(LEADERS)]
+        assert all(leaders.nth(i).get_attribute("data-guesses") == "1" for i in range(LEADERS))
+        names = {leaders.nth(i).locator(".name").inner_text() for i in range(LEADERS)}
+        assert names <= {f"Rival {i:02d}" for i in range(RIVALS)}, names
+
+        # My own row, after the leaders, place unknown, from my own scores.
+        mine = page.locator(f'[data-testid="progress-me"][data-player-id="{me}"][data-me="true"]')
+        mine.wait_for(timeout=10_000)
+        assert mine.get_attribute("data-guesses") == "2"
+        assert mine.get_attribute("data-scored") == "2"
+        assert mine.get_attribute("data-rank") == ""
+        assert mine.locator(".rank").inner_text() == "you"
+        assert "Me" in mine.locator(".name").inner_text()
+        if score["solved"]:
+            assert mine.get_attribute("data-solved") == "true"
+        else:
+            pegs = mine.get_by_test_id("best-pegs")
+            assert (pegs.get_attribute("data-exact"), pegs.get_attribute("data-near")) == (
+                str(score["exact"]),
+                str(score["near"]),
+            )
+        # It is the list's last item, beside (after) the leaders.
+        last = page.locator('[data-testid="progress"] > li').last
+        assert last.get_attribute("data-testid") == "progress-me"
+        assert page.locator('[data-testid="progress"] > li').count() == LEADERS + 1
+
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "field.png"), full_page=True)
+        assert errors == []
+    finally:
+        http.close()
+        page.close()

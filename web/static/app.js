@@ -14,6 +14,8 @@ const ROUND_REFETCH_MS = 3000;    // no new round this long after a close: ask G
 const OFFLINE_POLL_MS = 4000;     // socket down: poll our guesses this often
 const HTTP_RETRIES = 4;
 const REVEAL_BIG_MS = 8000;       // the secret stays big this long, even once the next round opened
+const PROGRESS_LEADERS = 20;      // the contract's bound on a progress message's rows: more are cut, not shown
+const PROGRESS_ROUNDS_KEPT = 3;   // late scores of a closed round keep coming after the next one opened
 
 const $ = (id) => document.getElementById(id);
 const bootAt = Date.now();
@@ -29,7 +31,7 @@ const state = {
   guesses: new Map(),      // job_id -> {job_id, round_id, seq, guess, score|null, jobState}
   sending: new Map(),      // client_id -> {client_id, round_id, guess, via, timer, attempts}
   sentByClient: new Map(), // client_id -> {round_id, guess}: lets a late `accepted` still show
-  progress: new Map(),     // round_id -> Map(player_id -> progress entry), last few rounds
+  progress: new Map(),     // round_id -> {playing, guesses, solved, leaders: [row…]}, the last message, last few rounds
   leaderboard: [],
   lastEventId: null,
   clockOffset: null,       // server ms − local ms (best lower bound seen)
@@ -483,19 +485,87 @@ async function checkToken() {
 
 // ---------------------------------------------------------------- progress
 
-// Kept per round: late scores of the closed round keep coming after the next one opened.
+// Each message is the round's whole picture — counts over the whole field and its leaders,
+// already in order — so it replaces the last one instead of merging into it: a player who
+// fell out of the top rows must leave the list. Kept per round: late scores of the closed
+// round keep coming after the next one opened.
 function applyProgress(m) {
   if (typeof m.round_id !== 'string' || !Array.isArray(m.players)) return;
-  let field = state.progress.get(m.round_id);
-  if (!field) {
-    field = new Map();
-    state.progress.set(m.round_id, field);
-    while (state.progress.size > 3) state.progress.delete(state.progress.keys().next().value);
-  }
+  const leaders = [];
   for (const p of m.players) {
-    if (p && typeof p.player_id === 'string') field.set(p.player_id, p);
+    if (leaders.length >= PROGRESS_LEADERS) break;
+    if (p && typeof p.player_id === 'string') leaders.push(progressRow(p));
   }
+  // Map.set keeps a known round in its place, so a late message of an older round never
+  // makes it look newer than the current one to the trim below (first seen, first dropped).
+  state.progress.set(m.round_id, {
+    playing: countOrNull(m.playing),
+    guesses: countOrNull(m.guesses),
+    solved: countOrNull(m.solved),
+    leaders,
+  });
+  while (state.progress.size > PROGRESS_ROUNDS_KEPT) state.progress.delete(state.progress.keys().next().value);
   if (state.round && m.round_id === state.round.round_id) renderProgress();
+}
+
+/** A count the server sent, or null when it sent none (then the page shows none, not 0). */
+function countOrNull(v) {
+  return Number.isInteger(v) && v >= 0 ? v : null;
+}
+
+function progressRow(p) {
+  return {
+    player_id: p.player_id,
+    name: String(p.name ?? ''),
+    guesses: Number(p.guesses) || 0,
+    scored: Number(p.scored) || 0,
+    best_exact: Number(p.best_exact) || 0,
+    best_near: Number(p.best_near) || 0,
+    solved: !!p.solved,
+  };
+}
+
+/** Our own row for a round, from our own guesses (GET /api/guesses and our `score` messages):
+ * the leaders may not include us, and where they do they may lag our latest score. */
+function myProgress(roundId) {
+  let count = 0;
+  let seqs = 0;
+  let scored = 0;
+  let best = [0, 0];
+  let solved = false;
+  for (const g of state.guesses.values()) {
+    if (g.round_id !== roundId) continue;
+    count += 1;
+    if (Number.isInteger(g.seq)) seqs = Math.max(seqs, g.seq + 1);
+    if (!g.score) continue;
+    scored += 1;
+    const { exact, near } = g.score;
+    if (exact > best[0] || (exact === best[0] && near > best[1])) best = [exact, near];
+    solved = solved || g.score.solved;
+  }
+  return {
+    player_id: state.player.player_id,
+    name: state.player.name,
+    // seq numbers have no gaps, so seq + 1 also counts accepted guesses this tab never listed.
+    guesses: Math.max(count, seqs),
+    scored,
+    best_exact: best[0],
+    best_near: best[1],
+    solved,
+  };
+}
+
+/** Two views of the same player, each only ever behind: take the further of each figure. */
+function furthest(a, b) {
+  const aBest = a.best_exact > b.best_exact || (a.best_exact === b.best_exact && a.best_near >= b.best_near);
+  return {
+    ...a,
+    guesses: Math.max(a.guesses, b.guesses),
+    scored: Math.max(a.scored, b.scored),
+    best_exact: aBest ? a.best_exact : b.best_exact,
+    best_near: aBest ? a.best_near : b.best_near,
+    solved: a.solved || b.solved,
+  };
 }
 
 // ---------------------------------------------------------------- composing
@@ -732,6 +802,7 @@ function renderGuesses() {
     $('prev-details').hidden = prev.length === 0;
     renderRevealNote();
   }
+  renderProgress(); // our own row in the field comes from these same guesses
 }
 
 function renderReveal() {
@@ -775,32 +846,69 @@ function renderProgress() {
   const card = $('progress-card');
   card.hidden = !state.player;
   const roundId = state.round && state.round.round_id;
-  const field = roundId && state.progress.get(roundId);
-  const rows = field ? [...field.values()] : [];
-  rows.sort((a, b) => (b.solved - a.solved) || (b.best_exact - a.best_exact) || (b.best_near - a.best_near)
-    || (a.guesses - b.guesses) || String(a.name).localeCompare(String(b.name)));
+  const field = roundId ? state.progress.get(roundId) : null;
   const length = (state.round && state.round.length) || state.config.length;
-  const shown = rows.slice(0, 30);
   const meId = state.player && state.player.player_id;
-  const items = shown.map((p) => ({
-    key: p.player_id,
-    sig: `${p.name}|${p.guesses}|${p.scored}|${p.best_exact}|${p.best_near}|${p.solved}`,
-    build: () => h('li', {
-      class: `progress-row${p.solved ? ' solved' : ''}${p.player_id === meId ? ' me' : ''}`,
-      dataset: { testid: 'progress-row', playerId: p.player_id },
-    },
-    h('span', { class: 'name' }, String(p.name ?? ''), p.player_id === meId ? h('span', { class: 'you' }, ' (you)') : null),
-    h('span', { class: 'counts', title: `${p.guesses} guesses, ${p.scored} scored` },
-      `${p.guesses} guess${p.guesses === 1 ? '' : 'es'}`, p.scored < p.guesses ? ` · ${p.guesses - p.scored} scoring` : ''),
-    p.solved
-      ? h('span', { class: 'badge solved', 'aria-label': 'solved' }, '✓ solved')
-      // Best-so-far pegs, not a guess of theirs: their own test id.
-      : pegs({ exact: Number(p.best_exact) || 0, near: Number(p.best_near) || 0 }, length, 'best-pegs')),
+  const mine = roundId && state.player ? myProgress(roundId) : null;
+  const leaders = field ? field.leaders : [];
+  const myIndex = leaders.findIndex((p) => p.player_id === meId);
+  const rows = leaders.map((p, i) => ({ p: i === myIndex && mine ? furthest(p, mine) : p, rank: i + 1, me: i === myIndex }));
+  // Not among the leaders (or not in them yet): our own row after them, its place unknown.
+  if (myIndex < 0 && mine && mine.guesses > 0) rows.push({ p: mine, rank: null, me: true });
+  const items = rows.map((row) => ({
+    key: row.rank === null ? `me:${row.p.player_id}` : `p:${row.p.player_id}`,
+    sig: progressSig(row),
+    build: () => buildProgressRow(row, length),
   }));
   syncList($('progress'), items);
-  $('progress-empty').hidden = rows.length > 0;
-  $('progress-count').textContent = rows.length > shown.length
-    ? `top ${shown.length} of ${rows.length}` : rows.length ? `${rows.length} playing` : '';
+  $('progress-empty').hidden = rows.length > 0 || !!(field && field.playing);
+  renderProgressCounts(field);
+}
+
+function progressSig({ p, rank, me }) {
+  return `${rank}|${me ? 1 : 0}|${p.name}|${p.guesses}|${p.scored}|${p.best_exact}|${p.best_near}|${p.solved}`;
+}
+
+function buildProgressRow({ p, rank, me }, length) {
+  const outside = rank === null;
+  return h('li', {
+    class: `progress-row${p.solved ? ' solved' : ''}${me ? ' me' : ''}${outside ? ' gap' : ''}`,
+    dataset: {
+      // Our row outside the leaders has its own test id: `progress-row` counts the leaders.
+      testid: outside ? 'progress-me' : 'progress-row',
+      playerId: p.player_id,
+      rank: outside ? '' : String(rank),
+      me: String(me),
+      guesses: String(p.guesses),
+      scored: String(p.scored),
+      solved: String(p.solved),
+    },
+  },
+  outside
+    ? h('span', { class: 'rank you', title: 'Your place: not among the leaders shown' }, 'you')
+    : h('span', { class: 'rank' }, String(rank)),
+  h('span', { class: 'name' }, String(p.name), me && !outside ? h('span', { class: 'you' }, ' (you)') : null),
+  h('span', { class: 'counts', title: `${p.guesses} guesses, ${p.scored} scored` },
+    `${p.guesses} guess${p.guesses === 1 ? '' : 'es'}`, p.scored < p.guesses ? ` · ${p.guesses - p.scored} scoring` : ''),
+  p.solved
+    ? h('span', { class: 'badge solved', 'aria-label': 'solved' }, '✓ solved')
+    // Best-so-far pegs, not a guess of theirs: their own test id.
+    : pegs({ exact: p.best_exact, near: p.best_near }, length, 'best-pegs'));
+}
+
+/** playing · guesses · solved over the whole round's field, as the server counted it. */
+function renderProgressCounts(field) {
+  const el = $('progress-count');
+  const known = field && field.playing !== null && field.guesses !== null && field.solved !== null;
+  const sig = known ? `${field.playing}|${field.guesses}|${field.solved}` : '';
+  if (el.dataset.sig === sig) return;
+  el.dataset.sig = sig;
+  el.dataset.playing = known ? String(field.playing) : '';
+  el.dataset.guesses = known ? String(field.guesses) : '';
+  el.dataset.solved = known ? String(field.solved) : '';
+  el.textContent = known
+    ? `${field.playing} playing · ${field.guesses} guess${field.guesses === 1 ? '' : 'es'} · ${field.solved} solved`
+    : '';
 }
 
 function renderLeaderboard() {
