@@ -7,16 +7,22 @@ XREAD cannot span slots), and turns them into socket messages:
 
 * a guess's ``completed`` event → a ``score`` message to that guess's own player only
   (the emojis of a guess never reach anyone else);
-* the same event → the field's ``progress`` (counts only, :mod:`web.progress`), coalesced:
-  a flusher sends at most one progress message per round every 250 ms, carrying only the
-  players that changed, so a flood of guesses never becomes a flood of messages;
+* the same event → the field's ``progress`` (counts only, :mod:`web.progress`), coalesced
+  and bounded: the round's counts and its 20 leaders, at most one message per round every
+  250 ms and only when it changed, so a flood of guesses never becomes a flood of messages;
 * a round rotation (``completed`` on the rounds queue, result ``{closed, opened}``) →
   ``round`` messages: the closed round with its secret, then the new open one;
 * a solve → the ``leaderboard``, re-read from SQL at most once a second.
 
-The hub never waits for a socket: each has a bounded outbox (:mod:`web.outbox`), and one
-that overflows is evicted — its handler closes it with 4008 and the page resumes with
-``after=`` — so a slow browser cannot slow the others.
+The fan-out costs one write per socket: a broadcast is encoded and framed once
+(:mod:`web.frames`) and the same bytes go to every socket's transport, with no task, queue
+or copy per socket. It is also paced so a crowd never becomes a flood of bytes: after each
+broadcast the flusher stays quiet long enough that every socket gets at most
+:data:`SOCKET_BYTES_PER_S` of progress and leaderboards, and the process writes at most
+:data:`FANOUT_FRAMES_PER_S` such frames in all (with 10,000 sockets, one progress message a
+second). The hub never waits for a socket: one whose unsent bytes pass its bound is evicted
+(:mod:`web.outbox`) — closed with 4008, and the page resumes with ``after=`` — so a slow
+browser cannot slow the others.
 
 A resume point (``event_id``, sent back as ``after=``) is an id of one events stream. On a
 partitioned queue every partition has its own stream and ids, but a player's guesses all
@@ -43,14 +49,23 @@ from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
+from web.frames import FrameSink
 from web.metrics import Metrics
-from web.outbox import OUTBOX_LIMIT, Connection, Outgoing
-from web.progress import FieldProgress, PlayerProgress
+from web.outbox import OUTBOX_BYTES, Connection, Outgoing
+from web.progress import FieldProgress, RoundProgress
 
 log = logging.getLogger("codemojex.web.hub")
 
 PROGRESS_INTERVAL_S = 0.25  # at most ~4 progress messages a second per socket
 LEADERBOARD_INTERVAL_S = 1.0
+# The fan-out budget. Per socket: the contract's bound for an idle socket is 4 KiB/s, and
+# round changes and pings come on top of what the flusher sends. Per process: what one
+# event loop writes in a small share of a core (about 5 us a frame, measured in bench_game
+# --watchers), so a crowd stretches the interval instead of taking the loop.
+SOCKET_BYTES_PER_S = 3_584
+FANOUT_FRAMES_PER_S = 10_000
+PING_INTERVAL_S = 20.0  # a socket that was sent nothing this long gets a ping (proxies)
+PING_SWEEP_S = 1.0
 BLOCK_MS = 5_000
 # Longer than the XREAD block, so it fires only on a server that has silently gone away.
 READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
@@ -115,14 +130,19 @@ def dumps(message: Mapping[str, Any]) -> str:
     return orjson.dumps(message).decode()
 
 
+PING = Outgoing.of({"type": "ping"})
+
+
 class Hub:
     def __init__(self, game: Game, metrics: Metrics) -> None:
         self.game = game
         self.metrics = metrics
         self.guess_events = {q.keys.events for q in game.queues.partitions}
         self.round_events = game.rounds.queue.keys.events
-        self.outbox_limit = OUTBOX_LIMIT
+        self.outbox_limit = OUTBOX_BYTES
         self.progress = FieldProgress()
+        self._progress_sent: dict[str, bytes] = {}  # round id -> the last progress frame sent
+        self._quiet_until = 0.0  # the fan-out budget: no paced broadcast before this
         self._conns: set[Connection] = set()
         self._by_player: dict[str, set[Connection]] = {}
         self._names: dict[str, str] = {}
@@ -144,6 +164,7 @@ class Hub:
         self._tasks = [
             *(asyncio.create_task(self._follow(g), name="hub-reader") for g in groups),
             asyncio.create_task(self._flush_forever(), name="hub-flusher"),
+            asyncio.create_task(self._ping_forever(), name="hub-pinger"),
         ]
 
     async def close(self) -> None:
@@ -180,8 +201,8 @@ class Hub:
         mine = self._by_player.get(player_id, ())
         return not (cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player)
 
-    def join(self, player_id: str) -> Connection:
-        conn = Connection(player_id, self.outbox_limit)
+    def join(self, player_id: str, sink: FrameSink, address: str = "") -> Connection:
+        conn = Connection(player_id, sink, address, self.outbox_limit)
         self._conns.add(conn)
         self._by_player.setdefault(player_id, set()).add(conn)
         return conn
@@ -194,18 +215,27 @@ class Hub:
             if not mine:
                 del self._by_player[conn.player_id]
 
-    def broadcast(self, message: dict[str, Any]) -> None:
-        """Offer ``message`` to every socket (serialised once)."""
-        out = Outgoing(dumps(message))
-        for conn in list(self._conns):
-            self._offer(conn, out)
+    @property
+    def sockets(self) -> int:
+        return len(self._conns)
 
-    def _offer(self, conn: Connection, message: Outgoing) -> bool:
+    def broadcast(self, message: dict[str, Any]) -> int:
+        """Offer ``message`` to every socket (encoded and framed once); how many took it."""
+        return self._fanout(Outgoing.of(message))
+
+    def _fanout(self, out: Outgoing) -> int:
+        taken = 0
+        for conn in list(self._conns):
+            taken += self.offer(conn, out)
+        self.metrics.broadcast_frames.inc(taken)
+        return taken
+
+    def offer(self, conn: Connection, message: Outgoing) -> bool:
         if conn.offer(message):
             return True
-        if conn.evicted.is_set() and conn in self._conns:
+        if conn.evicted and conn in self._conns:
             self.metrics.sockets_evicted.inc()
-            self.leave(conn)  # stop feeding it; its handler closes it with 4008
+            self.leave(conn)  # stop feeding it: it was sent its close (4008)
         return False
 
     # -- what a new socket gets first --------------------------------------------------------
@@ -218,9 +248,14 @@ class Hub:
         # compares against it to decide whether they need the new one.
         return await self.game.leaderboard()
 
-    async def progress_snapshot(self, round_id: str) -> dict[str, Any] | None:
-        players = self.progress.players(round_id)
-        return await self._progress_message(round_id, players) if players else None
+    async def progress_snapshot(self, round_id: str) -> Outgoing | None:
+        """The round's progress for a new socket: what the others were last sent, bounded
+        the same way (None before anyone guessed)."""
+        sent = self._progress_sent.get(round_id)
+        if sent is not None:
+            return Outgoing(sent)
+        r = self.progress.round(round_id)
+        return await self._progress_out(round_id, r) if r is not None and r.playing else None
 
     async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
         """True when events after ``after`` may have been trimmed already from the stream
@@ -259,7 +294,7 @@ class Hub:
             for event in events:
                 msg = score_message(event)
                 if msg is not None and msg["player_id"] == player_id:
-                    out.append(Outgoing(dumps(msg), event.job_id))
+                    out.append(Outgoing.of(msg, event.job_id))
             if len(events) < page:
                 return out
             cursor = events[-1].event_id
@@ -316,10 +351,10 @@ class Hub:
         self._observe_latency(event)
         traced = tracing.enabled()
         started_ns = time.time_ns() if traced else 0
-        out = Outgoing(dumps(msg), event.job_id)
+        out = Outgoing.of(msg, event.job_id)
         pushed = 0
         for conn in list(self._by_player.get(msg["player_id"], ())):
-            if self._offer(conn, out):
+            if self.offer(conn, out):
                 self.metrics.scores_pushed.inc()
                 pushed += 1
         if traced:  # the worker put its span's traceparent on the result
@@ -366,17 +401,35 @@ class Hub:
 
     async def _flush_forever(self) -> None:
         while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            started = time.monotonic()
+            await asyncio.sleep(max(PROGRESS_INTERVAL_S, self._quiet_until - started))
             try:
                 await self.flush()
             except Exception as exc:  # noqa: BLE001 - retried next tick, changes kept
                 log.warning("hub flush: %s: %s", type(exc).__name__, exc)
 
     async def flush(self) -> None:
-        """Send the coalesced progress (changed players only) and, if due, the leaderboard."""
-        await self._names_of(self.progress.changed_ids())  # before taking: may fail
-        for round_id, players in self.progress.take_changes():
-            self.broadcast(await self._progress_message(round_id, players))
+        """Send each changed round's progress and, if due, the leaderboard — unless the
+        fan-out budget says the sockets were sent enough for now."""
+        started = time.monotonic()
+        if started < self._quiet_until:
+            return
+        frames = nbytes = 0
+        changed = self.progress.take_changed()
+        try:
+            for round_id, r in changed:
+                out = await self._progress_out(round_id, r)
+                if out.frame == self._progress_sent.get(round_id):
+                    continue  # nothing in it changed (a change may leave the message alike)
+                self._progress_sent[round_id] = out.frame
+                self._fanout(out)
+                frames, nbytes = frames + 1, nbytes + len(out.frame)
+        except BaseException:
+            for _, r in changed:
+                r.changed = True  # the names could not be read: send it next time
+            raise
+        for round_id in [k for k in self._progress_sent if self.progress.round(k) is None]:
+            del self._progress_sent[round_id]
         now = time.monotonic()
         if self._board_dirty and now - self._board_at >= LEADERBOARD_INTERVAL_S:
             self._board_at = now
@@ -388,23 +441,45 @@ class Hub:
                 raise
             if board != self._board:
                 self._board = board
-                self.broadcast({"type": "leaderboard", "players": board})
+                out = Outgoing.of({"type": "leaderboard", "players": board})
+                self._fanout(out)
+                frames, nbytes = frames + 1, nbytes + len(out.frame)
+        if frames:
+            quiet = max(nbytes / SOCKET_BYTES_PER_S, frames * self.sockets / FANOUT_FRAMES_PER_S)
+            self._quiet_until = started + quiet
+            self.metrics.progress_quiet.set(quiet)
 
-    async def _progress_message(
-        self, round_id: str, players: dict[str, PlayerProgress]
-    ) -> dict[str, Any]:
-        names = await self._names_of(players)
-        return {
-            "type": "progress",
-            "round_id": round_id,
-            "players": [p.row(pid, names[pid]) for pid, p in players.items()],
-        }
+    async def _progress_out(self, round_id: str, r: RoundProgress) -> Outgoing:
+        leaders = r.top()
+        names = await self._names_of([pid for pid, _ in leaders])
+        return Outgoing.of(
+            {
+                "type": "progress",
+                "round_id": round_id,
+                "playing": r.playing,
+                "guesses": r.guesses,
+                "solved": r.solved,
+                "players": [p.row(pid, names[pid]) for pid, p in leaders],
+            }
+        )
 
-    async def _names_of(self, player_ids: Any) -> dict[str, str]:
+    async def _names_of(self, player_ids: Sequence[str]) -> dict[str, str]:
         missing = [pid for pid in player_ids if pid not in self._names]
         if missing:
             self._names.update(await store.player_names(self.game.engine, missing))
         return {pid: self._names.get(pid, "") for pid in player_ids}
+
+    # -- keep-alive -----------------------------------------------------------------------------
+
+    async def _ping_forever(self) -> None:
+        """A socket that was sent nothing for :data:`PING_INTERVAL_S` gets a ``ping``
+        message, which keeps it alive through proxies that cut quiet connections; one
+        sweep for the process instead of a timer per socket."""
+        while True:
+            await asyncio.sleep(PING_SWEEP_S)
+            idle_since = time.monotonic() - PING_INTERVAL_S
+            for conn in [c for c in self._conns if c.wrote_at <= idle_since]:
+                self.offer(conn, PING)
 
 
 def _streams(reply: Any) -> list[tuple[Any, list[Any]]]:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -119,6 +119,16 @@ class Metrics:
         self.sockets_evicted = Counter(
             "codemojex_sockets_evicted",
             "Sockets closed 4008 for falling behind",
+            registry=self.registry,
+        )
+        self.broadcast_frames = Counter(
+            "codemojex_broadcast_frames",
+            "Progress, leaderboard and round frames written to sockets (one write each)",
+            registry=self.registry,
+        )
+        self.progress_quiet = Gauge(
+            "codemojex_progress_quiet_seconds",
+            "How long the fan-out budget kept the flusher quiet after its last broadcast",
             registry=self.registry,
         )
         self.queue = QueueCollector()

@@ -3,6 +3,10 @@
 ``codemojex up``, ``codemojex web``, the tests and the chaos harness all serve the app
 through :func:`server_config`, so what the tests exercise is what production runs.
 
+Websockets are served by :class:`web.frames.FramesProtocol`, uvicorn's sans-I/O protocol
+with one extension that lets the hub write a broadcast's frame, built once, straight to
+every socket (the websocket endpoint needs it).
+
 Websocket limits: permessage-deflate is off. With it on, a few kilobytes on the wire
 inflate into a frame of many megabytes before any size check can run, and compressing
 every outgoing score cost about 8 % of the web process's CPU for messages of ~200 bytes.
@@ -24,8 +28,11 @@ import uvicorn
 
 from codemojex.logs import redact
 from web.errors import MAX_BODY_BYTES
+from web.frames import FramesProtocol
 
-WS_IMPL = "websockets-sansio"  # uvicorn's "websockets" is websockets.legacy: deprecated
+# uvicorn's "websockets-sansio" (its "websockets" is websockets.legacy: deprecated), plus
+# the frames extension.
+WS_IMPL = FramesProtocol
 WS_MAX_FRAME_BYTES = 4 * MAX_BODY_BYTES
 WS_PING_INTERVAL_S = 20.0
 GRACEFUL_SHUTDOWN_S = 5

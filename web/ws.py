@@ -9,11 +9,14 @@ current ``round``, the ``leaderboard``, the replay (with ``after=``: a ``gap`` f
 events after it were trimmed, then this player's retained scores after it), the field's
 progress so far, and the live feed from the hub.
 
-Two tasks serve a socket: the pump, the only writer, drains the hub's bounded outbox
-(sending each job's score at most once, and a ``ping`` after 20 idle seconds); the reader
-answers the client's ``guess`` frames through the outbox too. A socket whose outbox
-overflows is closed with 4008. Malformed frames get an ``error`` message; binary frames
-close with 1003, oversize ones with 1009; server trouble closes with 1013 — never 1011.
+One task serves a socket, the one uvicorn runs the app in: it greets, then reads the
+client's frames and answers its ``guess`` frames. Everything the socket is sent goes out as
+whole frames through the server's ``codemojex.frames`` extension (:mod:`web.frames`), the
+hub's broadcasts included, so a socket costs no pump task and no queue: an idle one is its
+uvicorn protocol, this task and the hub's small :class:`~web.outbox.Connection`. A socket
+whose unsent bytes pile up is closed with 4008 by the hub. Malformed frames get an
+``error`` message; binary frames close with 1003, oversize ones with 1009; server trouble
+closes with 1013 — never 1011.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from web.errors import (
     idempotency_key,
     parse_json_object,
 )
-from web.hub import dumps, parse_event_id
+from web.frames import EXTENSION, FrameSink
+from web.hub import parse_event_id
 from web.outbox import Connection, Outgoing
 from web.services import Services, services_of
 
@@ -51,13 +55,10 @@ log = logging.getLogger("codemojex.web.ws")
 CLOSE_UNSUPPORTED_DATA = status.WS_1003_UNSUPPORTED_DATA  # binary frames
 CLOSE_TOO_BIG = status.WS_1009_MESSAGE_TOO_BIG
 CLOSE_TRY_AGAIN_LATER = status.WS_1013_TRY_AGAIN_LATER  # the backend failed us; reconnect
-CLOSE_TOO_SLOW = 4008  # fell too far behind; the page resumes with after=
 
-PING_INTERVAL_S = 20.0
 BACKEND_TIMEOUT_S = 5.0
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
 CLOSE_TIMEOUT_S = 2.0  # a socket too slow to take our close frame is simply dropped
-PING = dumps({"type": "ping"})
 
 
 class _Done(Exception):
@@ -141,12 +142,17 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         return
 
     await websocket.accept(subprotocol)
+    sink: FrameSink | None = websocket.scope.get("extensions", {}).get(EXTENSION)
+    if sink is None:
+        log.error("socket refused: the app is served without web.server's websocket protocol")
+        await _close(websocket, CLOSE_TRY_AGAIN_LATER)
+        return
     if not services.hub.admits(player.player_id):
         # Too many sockets (this player's, or this process's): try again later, as after
         # a restart; the page backs off before reconnecting.
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
-    conn = services.hub.join(player.player_id)
+    conn = services.hub.join(player.player_id, sink)
     try:
         code = await _session(websocket, services, player, conn)
     except WebSocketDisconnect:
@@ -163,15 +169,6 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         await _close(websocket, code)
 
 
-async def _send(websocket: WebSocket, text: str) -> None:
-    """Send a text frame; a connection the server already closed (say, 1009 for a frame
-    over its size limit) counts as gone, like one the client closed."""
-    try:
-        await websocket.send_text(text)
-    except RuntimeError as exc:
-        raise WebSocketDisconnect(1006) from exc
-
-
 async def _close(websocket: WebSocket, code: int) -> None:
     with contextlib.suppress(Exception):
         async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -181,41 +178,26 @@ async def _close(websocket: WebSocket, code: int) -> None:
 async def _session(
     websocket: WebSocket, services: Services, player: store.Player, conn: Connection
 ) -> int | None:
-    """Greet, then pump and read until one of them ends; returns the close code to send."""
+    """Greet, then read until the client leaves or is closed; returns the close code to
+    send (None: nothing more to send)."""
     async with asyncio.timeout(GREETING_TIMEOUT_S):
         await _greet(websocket, services, player, conn)
-    pump = asyncio.create_task(_pump(websocket, conn))
-    reader = asyncio.create_task(_read(websocket, services, player, conn))
-    evicted = asyncio.create_task(conn.evicted.wait())
-    tasks = (pump, reader, evicted)
+    conn.greeted()
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-    if conn.evicted.is_set():
-        return CLOSE_TOO_SLOW
-    for result in results:
-        if isinstance(result, _Done):
-            return result.code
-        if isinstance(result, WebSocketDisconnect | asyncio.CancelledError):
-            continue
-        if isinstance(result, BaseException):
-            raise result
+        await _read(websocket, services, player, conn)
+    except _Done as done:
+        return None if conn.evicted else done.code
     return None
 
 
 async def _greet(
     websocket: WebSocket, services: Services, player: store.Player, conn: Connection
 ) -> None:
-    """Round, leaderboard, replay, progress — sent directly: the pump is not running yet,
-    and the hub meanwhile queues live messages in the outbox (deduped by the pump)."""
+    """Round, leaderboard, replay, progress — written ahead of what the hub offers the
+    socket meanwhile, which waits in the connection until :meth:`Connection.greeted`."""
     info, now = await services.game.current_round()
-    await _send(websocket, dumps({"type": "round", **info.public(now)}))
-    await _send(
-        websocket, dumps({"type": "leaderboard", "players": await services.hub.leaderboard()})
-    )
+    conn.send_now(Outgoing.of({"type": "round", **info.public(now)}))
+    conn.send_now(Outgoing.of({"type": "leaderboard", "players": await services.hub.leaderboard()}))
     after = websocket.query_params.get("after")
     if after is not None:
         pos = parse_event_id(after)
@@ -224,25 +206,12 @@ async def _greet(
             replay = await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}")
         # No usable id, a replay past its bound, or trimmed events: the page refetches.
         if pos is None or replay is None or await services.hub.gap_after(player.player_id, pos):
-            await _send(websocket, dumps({"type": "gap"}))
+            conn.send_now(Outgoing.of({"type": "gap"}))
         for item in replay or ():
-            if conn.first_time(item.job_id):
-                await _send(websocket, item.text)
+            conn.send_now(item)
     progress = await services.hub.progress_snapshot(info.round_id)
     if progress is not None:
-        await _send(websocket, dumps(progress))
-
-
-async def _pump(websocket: WebSocket, conn: Connection) -> None:
-    while True:
-        try:
-            async with asyncio.timeout(PING_INTERVAL_S):
-                item = await conn.outbox.get()
-        except TimeoutError:
-            await _send(websocket, PING)  # keeps idle sockets alive through proxies
-            continue
-        if conn.first_time(item.job_id):
-            await _send(websocket, item.text)
+        conn.send_now(progress)
 
 
 async def _read(
@@ -264,7 +233,7 @@ async def _read(
             raise _Done(CLOSE_TOO_BIG)
         reply = await _answer(text, services, player)
         if reply is not None:
-            conn.offer(Outgoing(dumps(reply)))
+            services.hub.offer(conn, Outgoing.of(reply))
 
 
 async def _answer(text: str, services: Services, player: store.Player) -> dict[str, Any] | None:

@@ -312,18 +312,45 @@ async def test_binary_and_oversize_frames_close_the_socket(served: Served) -> No
 
 
 async def test_a_socket_that_falls_behind_is_closed_4008(served: Served) -> None:
-    player = await served.new_player()
-    served.hub.outbox_limit = 2
-    async with connect(served.ws_url(player["token"])) as ws:
-        await _greeted(ws)
-        for i in range(5):  # offered in one go: the pump cannot drain in between
-            served.hub.broadcast({"type": "leaderboard", "players": [], "n": i})
-        assert await _closed_with(ws) == 4008
+    # A client that stops reading: once the kernel's buffers are full, what the hub writes
+    # piles up in the server's transport, and past the hub's bound the socket is closed.
+    player, other = await served.new_player(), await served.new_player("Reader")
+    served.hub.outbox_limit = 64 * 1024
+    pad = "x" * 60_000
+    async with (
+        connect(served.ws_url(player["token"]), max_queue=1, max_size=None) as stalled,
+        connect(served.ws_url(other["token"]), max_size=None) as reading,
+    ):
+        await _greeted(stalled)
+        await _greeted(reading)
+        received = asyncio.create_task(drain(reading, 3.0))  # keeps up with every frame
+        for i in range(400):  # 24 MB: more than loopback's buffers hold
+            served.hub.broadcast({"type": "leaderboard", "players": [], "n": i, "pad": pad})
+            await asyncio.sleep(0)
+        assert await _closed_with(stalled) == 4008
+        assert len(await received) >= 400, "a socket that reads is not evicted"
     assert "codemojex_sockets_evicted_total 1.0" in (await served.http.get("/metrics")).text
 
 
+async def test_an_evicted_socket_costs_no_more_than_its_bound(served: Served) -> None:
+    # The bound is on unsent bytes per socket: after eviction the hub writes nothing more
+    # to it, whatever is broadcast.
+    player = await served.new_player()
+    served.hub.outbox_limit = 64 * 1024
+    async with connect(served.ws_url(player["token"]), max_queue=1, max_size=None) as stalled:
+        await _greeted(stalled)
+        conn = next(iter(served.hub._conns))
+        for i in range(400):
+            served.hub.broadcast(
+                {"type": "leaderboard", "players": [], "n": i, "pad": "x" * 60_000}
+            )
+        assert conn.evicted and conn not in served.hub._conns
+        assert conn.sink.buffered() <= served.hub.outbox_limit + 61_000
+        assert await _closed_with(stalled) == 4008
+
+
 async def test_idle_sockets_get_pings(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("web.ws.PING_INTERVAL_S", 0.2)
+    monkeypatch.setattr("web.hub.PING_INTERVAL_S", 0.2)
     player = await served.new_player()
     async with connect(served.ws_url(player["token"])) as ws:
         await _greeted(ws)
