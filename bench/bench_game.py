@@ -2,6 +2,7 @@
 
     uv run python -m bench.bench_game [--rates 100,300,1000,2000] [--duration 10] [--workers 2]
         [--players 200] [--postgres | --database-url postgresql://…] [--up-arg=--concurrency=8]
+        [--watchers N [--watcher-processes K]] [--web-processes 1[,2]]
         [--json OUT] [--html OUT]
 
 Starts a fresh ``codemojex up`` (embedded Valkey, SQLite unless told otherwise, N workers),
@@ -33,6 +34,21 @@ a core during the load. On a shared machine the figures are only as quiet as the
 it prints the CPU that processes not ours used, how long each main thread waited runnable for
 a CPU (``/proc/<pid>/schedstat``), and the websocket traffic the players received.
 
+``--watchers N`` holds a crowd: N more players whose sockets only read, from a client of
+their own (``bench/watchers.py``, one process per 5,000 by default, at most 2, on raw
+asyncio protocols) so that its CPU is printed apart. They sign up (``up`` runs with
+``CODEMOJEX_PLAYER_RATE=0``, ``CODEMOJEX_SOCKETS_PER_PROCESS=0`` and
+``CODEMOJEX_SOCKETS_PER_ADDRESS=0``) and connect at a bounded concurrency before the first
+window; then they send nothing but PONGs to the server's pings, and close 1000 at the end.
+Per rate, beside the figures above: bytes and frames a second per watcher over the load
+(mean, max over watchers; bytes as on the wire, frame headers included), frames a second all
+watchers together, ``progress`` messages a second per watcher, the watchers the server
+closed (by close code), the watcher processes' CPU (ms a second, share of a core), and the
+web processes' resident set per socket: (VmRSS with the crowd connected − before it
+connected) ÷ its sockets, idle before the first window and at the load's end.
+``--web-processes 1,2`` measures each configuration in turn (everything above, each on its
+own ``up``) and prints them side by side with each one's ratio to the first.
+
 When a rate's backlog does not drain in time, the next rate runs on a fresh ``up`` so one
 rate's queue never leaks into the next. A round that closes mid-window is followed (the
 ``round`` message, or a ``409 round_closed`` that refetches it); use ``--round-seconds`` to
@@ -58,7 +74,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -80,9 +96,12 @@ from bench.common import (
     proc_argv,
     proc_cpu_seconds,
     proc_parent,
+    proc_rss_kb,
     proc_runqueue_wait_seconds,
     signals_raise_keyboardinterrupt,
 )
+from bench.watchers import Fleet, raise_nofile
+from bench.watchers import figures as watcher_figures
 from tests.cli.running import Up, descendants
 
 try:  # the client's loop; the server's processes choose their own
@@ -116,6 +135,75 @@ class Options:
     seed: int = 1
     fresh_each_rate: bool = False
     progress: bool = True
+    watchers: int = 0  # extra players whose sockets only read (bench/watchers.py)
+    watcher_processes: int = 0  # 0: one per 5,000 watchers, at most 2
+    watcher_concurrency: int = 64  # sockets being opened at once
+
+
+WATCHERS_PER_PROCESS = 5_000
+
+
+def watcher_processes(opts: Options) -> int:
+    if opts.watcher_processes > 0:
+        return opts.watcher_processes
+    return max(1, min(2, math.ceil(opts.watchers / WATCHERS_PER_PROCESS)))
+
+
+def up_env(opts: Options) -> dict[str, str]:
+    """``CODEMOJEX_*`` variables for ``up``: a crowd needs the per-address limits lifted
+    (every watcher signs up and connects from 127.0.0.1) and no per-process socket cap. A
+    variable a server does not know is ignored (an older ``--baseline`` has fewer)."""
+    if not opts.watchers:
+        return {}
+    return {
+        "CODEMOJEX_PLAYER_RATE": "0",
+        "CODEMOJEX_SOCKETS_PER_PROCESS": "0",
+        "CODEMOJEX_SOCKETS_PER_ADDRESS": "0",
+    }
+
+
+class BenchUp(Up):
+    """tests/cli's ``Up``, with ``CODEMOJEX_*`` variables of our own on top of the clean
+    environment it gives ``up`` (it drops the caller's, so a developer's shell cannot leak
+    into a test)."""
+
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None, **kw: Any):
+        super().__init__(data_dir, *args, **kw)
+        self.extra_env = dict(env or {})
+
+    def start(self) -> Up:
+        import subprocess
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
+        env.update(self.extra_env)
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=self.root,
+                process_group=0,
+            )
+        return self
+
+
+def start_up(data_dir: Path, *args: str, env: dict[str, str], root: Path | None = None) -> Up:
+    """A ready ``up``; everything it started is killed if it does not get ready."""
+    up = BenchUp(data_dir, *args, env=env, **({"root": root} if root else {}))
+    try:
+        return up.start().wait_ready(60)
+    except BaseException:
+        up.kill_everything()
+        raise
+
+
+def web_rss_kb(roles: dict[int, str]) -> tuple[int, int]:
+    """(the web processes' resident sets summed in KiB, how many web processes)."""
+    rss = [proc_rss_kb(pid) for pid, role in roles.items() if role == "web"]
+    got = [r for r in rss if r is not None]
+    return sum(got), len(got)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,9 +837,9 @@ class Processes:
     """The pids to watch and what each one is: ``up``'s tree, extra trees (a throwaway
     PostgreSQL), and this client."""
 
-    def __init__(self, up_pid: int, extra: dict[str, int] | None = None) -> None:
+    def __init__(self, up_pid: int, extra: Mapping[str, int | list[int]] | None = None) -> None:
         self.up_pid = up_pid
-        self.extra = extra or {}
+        self.extra = extra or {}  # role: the root pid(s) of its trees
 
     def roles(self) -> dict[int, str]:
         found = {self.up_pid} | descendants(self.up_pid)
@@ -769,9 +857,10 @@ class Processes:
 
         for pid in sorted(found):
             role(pid)
-        for name, root in self.extra.items():
-            for pid in {root} | descendants(root):
-                roles[pid] = name
+        for name, roots in self.extra.items():
+            for root in [roots] if isinstance(roots, int) else roots:
+                for pid in {root} | descendants(root):
+                    roles[pid] = name
         roles[os.getpid()] = "client"
         return roles
 
@@ -960,33 +1049,143 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
 # Running a configuration
 
 
-def up_args(a: argparse.Namespace) -> list[str]:
+def up_args(a: argparse.Namespace, web_processes: int | None = None) -> list[str]:
     args = ["--workers", str(a.workers), "--round-seconds", str(a.round_seconds)]
+    if web_processes is not None:
+        args += ["--web-processes", str(web_processes)]
     for extra in a.up_arg:
         args += shlex.split(extra)
     return args
+
+
+class Crowd:
+    """The watchers of one ``up`` (``opts.watchers`` sockets that only read) and the web
+    processes' resident set before and after they connected."""
+
+    def __init__(self, fleet: Fleet, rss_before: tuple[int, int]) -> None:
+        self.fleet = fleet
+        self.rss_before_kb, self.web_processes = rss_before
+        self.rss_idle_kb = 0
+        self.idle_sockets = 0
+        self.setup: dict[str, Any] = {}
+
+    @classmethod
+    async def start(
+        cls, up: Up, client: GameClient, opts: Options, progress: Progress | None
+    ) -> Crowd:
+        procs = Processes(up.proc.pid if up.proc else 0)
+        crowd = cls(
+            Fleet(
+                client.host,
+                client.port,
+                opts.watchers,
+                watcher_processes(opts),
+                f"w{os.getpid() % 1000}-{int(time.time()) % 100000}",
+                opts.watcher_concurrency,
+            ),
+            web_rss_kb(procs.roles()),
+        )
+        tasks: list[Any] = []
+        if progress is not None:
+            tasks = [
+                progress.add_task("players", total=opts.watchers, info="watchers signing up"),
+                progress.add_task("sockets", total=opts.watchers, info="watchers connecting"),
+            ]
+
+        def shown(created: int, connected: int, failed: int) -> None:
+            if progress is not None:
+                progress.update(tasks[0], completed=created)
+                progress.update(tasks[1], completed=connected, info=f"failed {failed:,}")
+                progress.refresh()
+
+        began = time.monotonic()
+        await crowd.fleet.start(shown)
+        if progress is not None:
+            ready = crowd.fleet.ready
+            shown(sum(int(r["created"]) for r in ready), crowd.fleet.connected, 0)
+        failed: Counter[str] = Counter()
+        for r in crowd.fleet.ready:
+            failed.update(r["failed"])
+        await asyncio.sleep(1.0)  # the greetings' buffers are sent and freed
+        crowd.rss_idle_kb, _ = web_rss_kb(procs.roles())
+        crowd.idle_sockets = crowd.fleet.connected
+        crowd.setup = {
+            "watchers": opts.watchers,
+            "processes": len(crowd.fleet.procs),
+            "connected": crowd.fleet.connected,
+            "failed": dict(failed),
+            "setup_s": round(time.monotonic() - began, 1),
+            "create_s": max(float(r["create_s"]) for r in crowd.fleet.ready),
+            "connect_s": max(float(r["connect_s"]) for r in crowd.fleet.ready),
+            "loop": crowd.fleet.ready[0]["loop"],
+        }
+        if progress is not None:
+            progress.console.print(
+                f"{crowd.fleet.connected:,} of {opts.watchers:,} watchers connected in "
+                f"{len(crowd.fleet.procs)} process(es) in {crowd.setup['setup_s']} s "
+                f"(sign-up {crowd.setup['create_s']} s, sockets {crowd.setup['connect_s']} s)"
+                + (f"; failed: {dict(failed)}" if failed else "")
+            )
+        return crowd
+
+    def figures(self, marks: list[list[dict[str, Any]]], rss_loaded_kb: int) -> dict[str, Any]:
+        out = watcher_figures(marks)
+        per = max(1, self.idle_sockets)
+        loaded = max(1, out["open_at_load_end"])
+        out["setup"] = self.setup
+        out["web_rss"] = {
+            "web_processes": self.web_processes,
+            "before_kb": self.rss_before_kb,
+            "idle_kb": self.rss_idle_kb,
+            "load_end_kb": rss_loaded_kb,
+            "idle_sockets": self.idle_sockets,
+            # (web RSS with the watchers' sockets open - before they connected) / sockets
+            "idle_kb_per_socket": round((self.rss_idle_kb - self.rss_before_kb) / per, 2),
+            "load_end_kb_per_socket": round((rss_loaded_kb - self.rss_before_kb) / loaded, 2),
+        }
+        return out
 
 
 async def measure(
     opts: Options,
     start: Callable[[], Up],
     stop: Callable[[Up], None],
-    extra_roots: Callable[[], dict[str, int]] | None = None,
+    extra_roots: Callable[[], Mapping[str, int | list[int]]] | None = None,
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Every rate of ``opts`` on ``up``s from ``start``: a fresh one at first, after a
-    rate that did not drain, and for every rate with ``fresh_each_rate``. The core of the
-    benchmark, also run by tests/load/test_bench_game.py."""
+    rate that did not drain, and for every rate with ``fresh_each_rate``. With
+    ``opts.watchers`` a crowd of read-only sockets joins each ``up`` before its first
+    window. The core of the benchmark, also run by tests/load/test_bench_game.py."""
     rows: list[dict[str, Any]] = []
     up: Up | None = None
     client: GameClient | None = None
+    crowd: Crowd | None = None
+    up_rows: list[dict[str, Any]] = []  # the rows measured on the current up
+
+    async def dismiss_crowd() -> None:
+        nonlocal crowd
+        if crowd is None:
+            return
+        fleet, crowd = crowd.fleet, None
+        closed = await fleet.close()
+        if up_rows and "watchers" in up_rows[-1]:
+            up_rows[-1]["watchers"]["end_close"] = closed
+        if progress is not None:
+            progress.console.print(
+                f"watchers closed: {closed['clean']:,} of {closed['closing']:,} cleanly "
+                f"(1000 both ways), {closed['aborted']:,} aborted"
+            )
+
     try:
         for i, rate in enumerate(opts.rates):
             if up is None or (opts.fresh_each_rate and i) or not rows[-1]["drained"]:
+                await dismiss_crowd()
                 if client is not None:
                     await client.close()
                 if up is not None:
                     stop(up)
+                up_rows = []
                 began = time.monotonic()
                 up = start()
                 ready = time.monotonic()
@@ -996,11 +1195,17 @@ async def measure(
                         f"a fresh up was ready in {ready - began:.1f} s; {opts.players} players "
                         f"and their sockets in {time.monotonic() - ready:.1f} s"
                     )
+                if opts.watchers > 0:
+                    crowd = await Crowd.start(up, client, opts, progress)
                 if opts.warmup > 0:
                     await client.offer(min(50.0, rate), opts.warmup, opts, opts.drain)
             assert client is not None and up is not None
-            probe = Processes(up.proc.pid if up.proc else 0, extra_roots() if extra_roots else None)
+            roots: dict[str, int | list[int]] = dict(extra_roots() if extra_roots else {})
+            if crowd is not None:
+                roots["watchers"] = crowd.fleet.pids
+            probe = Processes(up.proc.pid if up.proc else 0, roots)
             snap: list[CpuSnapshot] = []
+            rss: list[int] = []
             task = None
             if progress is not None:
                 task = progress.add_task(f"{rate:g}/s", total=None, info="")
@@ -1015,8 +1220,16 @@ async def measure(
                 )
                 progress.refresh()  # from the loop: a refresh thread would take the GIL mid-send
 
-            def snapshot(probe: Processes = probe, snap: list[CpuSnapshot] = snap) -> None:
+            def snapshot(
+                probe: Processes = probe,
+                snap: list[CpuSnapshot] = snap,
+                rss: list[int] = rss,
+                crowd: Crowd | None = crowd,
+            ) -> None:
+                if crowd is not None:
+                    crowd.fleet.mark()  # one line to each watcher process: it stamps itself
                 snap.append(probe.snapshot())
+                rss.append(web_rss_kb(snap[-1].roles)[0])
 
             w = await client.offer(
                 rate,
@@ -1029,12 +1242,19 @@ async def measure(
             if progress is not None:
                 tick(w, len(w.guesses))
             before, loaded, after = snap
-            rows.append(window_figures(w, cpu_figures(before, loaded, after, w.accepted), client))
+            row = window_figures(w, cpu_figures(before, loaded, after, w.accepted), client)
+            if crowd is not None:
+                row["watchers"] = crowd.figures(await crowd.fleet.report(), rss[1])
+            rows.append(row)
+            up_rows.append(row)
     finally:
-        if client is not None:
-            await client.close()
-        if up is not None:
-            stop(up)
+        try:
+            await dismiss_crowd()
+        finally:
+            if client is not None:
+                await client.close()
+            if up is not None:
+                stop(up)
     return rows
 
 
@@ -1192,6 +1412,132 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
             notes.append("the backlog did not drain in time: the next rate ran on a fresh up")
         for note in notes:
             console.print(f"  {r['offered_per_s']:,.0f}/s: {note}")
+    if any("watchers" in r for r in rows):
+        print_crowd(rows, title)
+
+
+CROWD_HEAD = (
+    "offered/s",
+    "watchers open",
+    "B/s per watcher (max)",
+    "frames/s per watcher (max)",
+    "frames/s all watchers",
+    "progress/s per watcher",
+    "watchers closed",
+    "watcher CPU ms/s (core)",
+    "web RSS MB before → crowd",
+    "web KB/socket idle",
+    "at load end",
+    "accept→score p50 / p99 ms",
+    "web ms/guess (core)",
+)
+
+
+def crowd_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    """One row's crowd figures as text (the console's table and the HTML's)."""
+    c = r["watchers"]
+    rss = c["web_rss"]
+    web = r["cpu"]["roles"].get("web")
+    lat = r["accept_to_score_ms"]
+    return (
+        _f(r["offered_per_s"]),
+        f"{c['open_at_load_end']:,} of {c['setup']['watchers']:,}",
+        f"{_f(c['bytes_per_s']['mean'])} ({_f(c['bytes_per_s']['max'])})",
+        f"{_f(c['frames_per_s']['mean'], 2)} ({_f(c['frames_per_s']['max'], 2)})",
+        _f(c["frames_per_s_all"]),
+        _f(c["progress_per_s"]["mean"], 2),
+        _codes(c["closed"]),
+        f"{_f(c['cpu_ms_per_s'], 1)} ({c['core_share'] * 100:.0f} %)",
+        f"{rss['before_kb'] / 1024:,.0f} → {rss['idle_kb'] / 1024:,.0f}",
+        _f(rss["idle_kb_per_socket"], 1),
+        _f(rss["load_end_kb_per_socket"], 1),
+        f"{_f(lat['p50'], 1)} / {_f(lat['p99'], 1)}",
+        "-" if web is None else f"{web['ms_per_guess']:.3f} ({web['core_share'] * 100:.0f} %)",
+    )
+
+
+def print_crowd(rows: list[dict[str, Any]], title: str) -> None:
+    t = Table(
+        title=f"{title}: the crowd (watchers' sockets only read; rates over the load, "
+        "closes first send to drained; web RSS per socket = (web RSS with the crowd − "
+        "before it connected) ÷ sockets)"
+    )
+    for col in CROWD_HEAD:
+        t.add_column(col, justify="right")
+    for r in rows:
+        if "watchers" in r:
+            t.add_row(*crowd_cells(r))
+    console.print(t)
+    for r in rows:
+        c = r.get("watchers")
+        if c is None:
+            continue
+        setup = c["setup"]
+        if c.get("closed_before"):
+            console.print(
+                f"  {r['offered_per_s']:,.0f}/s: watchers closed by the server before this "
+                f"window: {c['closed_before']}"
+            )
+        if setup["failed"]:
+            console.print(
+                f"  {r['offered_per_s']:,.0f}/s: watchers that never connected: {setup['failed']}"
+            )
+        if "end_close" in c:
+            e = c["end_close"]
+            console.print(
+                f"  {r['offered_per_s']:,.0f}/s: at the end, {e['clean']:,} of "
+                f"{e['closing']:,} watcher sockets closed cleanly, {e['aborted']:,} aborted"
+            )
+
+
+def side_by_side_rows(row: dict[str, Any]) -> list[tuple[str, float | None, int]]:
+    """(figure, value, digits) of one row, for comparing configurations."""
+    web = row["cpu"]["roles"].get("web") or {}
+    out: list[tuple[str, float | None, int]] = [
+        ("scored/s", row["scored_per_s"], 0),
+        ("accept→score p50 ms", row["accept_to_score_ms"]["p50"], 1),
+        ("accept→score p99 ms", row["accept_to_score_ms"]["p99"], 1),
+        ("web CPU ms/guess (Σ)", web.get("ms_per_guess"), 3),
+        ("web share of a core (Σ)", web.get("core_share"), 2),
+    ]
+    c = row.get("watchers")
+    if c is not None:
+        out += [
+            ("B/s per watcher", c["bytes_per_s"]["mean"], 0),
+            ("frames/s all watchers", c["frames_per_s_all"], 0),
+            ("progress/s per watcher", c["progress_per_s"]["mean"], 2),
+            ("watchers closed", float(sum(c["closed"].values())), 0),
+            ("watcher CPU ms/s", c["cpu_ms_per_s"], 1),
+            ("web KB/socket idle", c["web_rss"]["idle_kb_per_socket"], 1),
+            ("web KB/socket at load end", c["web_rss"]["load_end_kb_per_socket"], 1),
+        ]
+    return out
+
+
+def print_side_by_side(configs: list[dict[str, Any]]) -> None:
+    """Every configuration's figures per rate, with each one's ratio to the first."""
+    names = [f"{c['web_processes']} web" for c in configs]
+    t = Table(title=f"web processes side by side (ratio = each ÷ {names[0]})")
+    t.add_column("offered/s", justify="right")
+    t.add_column("figure")
+    for n in names:
+        t.add_column(n, justify="right")
+    for n in names[1:]:
+        t.add_column(f"{n} ÷ {names[0]}", justify="right")
+    for i, first in enumerate(configs[0]["rows"]):
+        others = [c["rows"][i] if i < len(c["rows"]) else None for c in configs]
+        figs = [None if r is None else side_by_side_rows(r) for r in others]
+        for j, (name, base, digits) in enumerate(side_by_side_rows(first)):
+            vals = [None if f is None or j >= len(f) else f[j][1] for f in figs]
+            ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in vals[1:]]
+            t.add_row(
+                _f(first["offered_per_s"]) if j == 0 else "",
+                name,
+                *(_f(v, digits) for v in vals),
+                *ratios,
+                end_section=j == len(figs[0] or ()) - 1,
+            )
+    console.print(t)
 
 
 def write_html(path: Path, result: dict[str, Any]) -> None:
@@ -1290,6 +1636,50 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
             "yes" if r["drained"] else "no",
         )
         cells.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
+    crowd = []
+    configs = result.get("configs") or [{"title": result["title"], "rows": rows}]
+    for c in configs:
+        crowd_rows = [r for r in c["rows"] if "watchers" in r]
+        if not crowd_rows:
+            continue
+        crowd.append(
+            f"<h2>The crowd: {html.escape(c['title'])}</h2><table><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in CROWD_HEAD)
+            + "</tr>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in crowd_cells(r)) + "</tr>"
+                for r in crowd_rows
+            )
+            + "</table>"
+        )
+    if crowd:
+        crowd.append(
+            "<p>Watchers are extra players whose sockets only read (their own process: "
+            "bench/watchers.py); per watcher, bytes and frames received a second over the "
+            "load, mean (max over watchers); closes from the first send until drained, by "
+            "close code; web RSS per socket = (the web processes' VmRSS with the crowd "
+            "connected − before it connected) ÷ its sockets, idle (before the first window) "
+            "and at the load's end.</p>"
+        )
+    if len(configs) > 1:
+        names = [f"{c['web_processes']} web" for c in configs]
+        body = []
+        for i, first in enumerate(configs[0]["rows"]):
+            each = [side_by_side_rows(c["rows"][i]) if i < len(c["rows"]) else [] for c in configs]
+            for j, (name, base, digits) in enumerate(side_by_side_rows(first)):
+                got = [f[j][1] if j < len(f) else None for f in each]
+                ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in got[1:]]
+                tds = [_f(first["offered_per_s"]) if j == 0 else "", name]
+                tds += [_f(v, digits) for v in got] + ratios
+                body.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in tds) + "</tr>")
+        heads = ["offered/s", "figure", *names, *(f"{n} ÷ {names[0]}" for n in names[1:])]
+        crowd.append(
+            "<h2>Web processes side by side</h2><table><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr>"
+            + "".join(body)
+            + "</table>"
+        )
     m = result["machine"]
     page = f"""<!doctype html><meta charset="utf-8"><title>codemojex game path</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
@@ -1304,6 +1694,7 @@ Machine: {html.escape(str(m["cpu"]))}, {m["cores"]} cores, load average {m["load
 at start (the client shares these cores).</p>
 <table><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr>{"".join(cells)}</table>
 {"".join(f'<p><img src="{src}"></p>' for src in figs)}
+{"".join(crowd)}
 <p>Latencies on the client's one clock: accept→score is the 202's arrival to the score's
 arrival on the owner's socket. CPU is per accepted guess, from the first send until the drain
 ended (a row that did not drain undercounts the workers); "other load" is the machine's CPU
@@ -1386,6 +1777,34 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="also measure the server at git revision REV (a temporary worktree), "
         "each rate right before the current code, and print the ratios",
     )
+    p.add_argument(
+        "--watchers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N extra players whose sockets only read (bench/watchers.py, their own "
+        "process), all connected before the first window (0)",
+    )
+    p.add_argument(
+        "--watcher-processes",
+        type=int,
+        default=0,
+        metavar="K",
+        help=f"processes the watchers are spread over (0: one per {WATCHERS_PER_PROCESS:,}, "
+        "at most 2)",
+    )
+    p.add_argument(
+        "--watcher-concurrency",
+        type=int,
+        default=64,
+        help="watcher sockets being opened at once, in all (64)",
+    )
+    p.add_argument(
+        "--web-processes",
+        metavar="N[,M…]",
+        help="`codemojex up --web-processes N`; several (1,2) measure each configuration "
+        "in turn and print them side by side (default: up's own, 1)",
+    )
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
     p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
@@ -1418,22 +1837,22 @@ def database(
 
 
 async def run(
-    a: argparse.Namespace, opts: Options, tmp: Path, title: str, server_root: Path | None = None
+    a: argparse.Namespace,
+    opts: Options,
+    tmp: Path,
+    title: str,
+    server_root: Path | None = None,
+    web_processes: int | None = None,
 ) -> list[dict[str, Any]]:
     with database(a) as (next_url, roots):
 
         def start() -> Up:
-            args = up_args(a)
+            args = up_args(a, web_processes)
             url = next_url()
             if url:
                 args += ["--database-url", url]
             n = len(list(tmp.glob("data-*")))
-            up = Up(tmp / f"data-{n}", *args, **({"root": server_root} if server_root else {}))
-            try:
-                return up.start().wait_ready(60)
-            except BaseException:
-                up.kill_everything()
-                raise
+            return start_up(tmp / f"data-{n}", *args, env=up_env(opts), root=server_root)
 
         def stop(up: Up) -> None:
             try:
@@ -1573,56 +1992,97 @@ def main(argv: list[str] | None = None) -> int:
         seed=a.seed,
         fresh_each_rate=a.fresh_each_rate,
         progress=a.progress,
+        watchers=a.watchers,
+        watcher_processes=a.watcher_processes,
+        watcher_concurrency=a.watcher_concurrency,
     )
+    webs: list[int | None] = (
+        [int(x) for x in a.web_processes.split(",") if x.strip()] if a.web_processes else [None]
+    )
+    # up and its web processes inherit the limit: a crowd needs a descriptor per socket
+    nofile = raise_nofile()
     db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
-    title = f"codemojex up {' '.join(up_args(a))} — {db}, {a.players} players"
+    crowd = f" + {opts.watchers:,} watchers" if opts.watchers else ""
+
+    def title_of(web: int | None) -> str:
+        return f"codemojex up {' '.join(up_args(a, web))} — {db}, {a.players} players{crowd}"
+
     m = machine()
     src = source_state()
     top = max(opts.rates, default=0) / max(1, opts.players)
     console.print(
-        f"[bold]{title}[/]; {opts.schedule} arrivals, {opts.duration:g} s per rate; "
-        f"at most {top:.1f} guesses/s per player; client loop: "
+        f"[bold]{title_of(webs[0])}[/]; {opts.schedule} arrivals, {opts.duration:g} s per "
+        f"rate; at most {top:.1f} guesses/s per player; client loop: "
         f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
         + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"] else "")
+        + (
+            f"; {opts.watchers:,} watchers in {watcher_processes(opts)} process(es), "
+            f"open files {nofile:,}"
+            if opts.watchers
+            else ""
+        )
+        + (f"; web processes {', '.join(map(str, webs))} in turn" if len(webs) > 1 else "")
     )
     started = time.monotonic()
     runner = uvloop.run if uvloop else asyncio.run
-    base_rows: list[dict[str, Any]] | None = None
+    configs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
         try:
-            if a.baseline:
-                with baseline_tree(a.baseline, Path(tmp) / "baseline") as tree:
-                    console.print(
-                        f"[bold]baseline[/]: the server at {a.baseline} "
-                        f"({tree.rev}), same client, same machine"
-                    )
-                    (Path(tmp) / "b").mkdir()
-                    base_rows = runner(run(a, opts, Path(tmp) / "b", title, tree.path))
-                    print_tables(base_rows, f"{title} — baseline {a.baseline}")
-            (Path(tmp) / "c").mkdir()
-            rows = runner(run(a, opts, Path(tmp) / "c", title))
+            for k, web in enumerate(webs):
+                title = title_of(web)
+                base_rows: list[dict[str, Any]] | None = None
+                if len(webs) > 1:
+                    console.print(f"[bold]configuration {k + 1} of {len(webs)}[/]: {title}")
+                if a.baseline:
+                    with baseline_tree(a.baseline, Path(tmp) / f"baseline{k}") as tree:
+                        console.print(
+                            f"[bold]baseline[/]: the server at {a.baseline} "
+                            f"({tree.rev}), same client, same machine"
+                        )
+                        (Path(tmp) / f"b{k}").mkdir()
+                        base_rows = runner(run(a, opts, Path(tmp) / f"b{k}", title, tree.path, web))
+                (Path(tmp) / f"c{k}").mkdir()
+                rows = runner(run(a, opts, Path(tmp) / f"c{k}", title, None, web))
+                configs.append(
+                    {
+                        "web_processes": web or 1,
+                        "title": title,
+                        "up_args": up_args(a, web),
+                        "rows": rows,
+                        "baseline": {"rev": a.baseline, "rows": base_rows},
+                    }
+                )
         except KeyboardInterrupt:
             console.print("[red]interrupted: every `up` was stopped")
             return 130
-    print_tables(rows, title)
-    if base_rows is not None:
-        print_ratios(base_rows, rows, a.baseline)
+    for c in configs:
+        if c["baseline"]["rows"] is not None:
+            print_tables(c["baseline"]["rows"], f"{c['title']} — baseline {a.baseline}")
+        print_tables(c["rows"], c["title"])
+        if c["baseline"]["rows"] is not None:
+            print_ratios(c["baseline"]["rows"], c["rows"], a.baseline)
+    if len(configs) > 1:
+        print_side_by_side(configs)
     console.print(
         f"machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, kernel "
         f"{m['kernel']}, Python {m['python']}; load average {m['loadavg_1m']:.2f} "
         f"at start, {os.getloadavg()[0]:.2f} at the end (the client shares these "
         f"cores); total {time.monotonic() - started:.0f} s"
     )
+    first = configs[0]
     result = {
-        "title": title,
+        "title": first["title"],
         "machine": m,
         "loadavg_end": os.getloadavg(),
         "options": asdict(opts),
-        "up_args": up_args(a),
+        "up_args": first["up_args"],
         "database": db,
         "source": src,
-        "rows": rows,
-        "baseline": {"rev": a.baseline, "rows": base_rows},
+        # the first configuration's, as before --web-processes took a list
+        "rows": first["rows"],
+        "baseline": first["baseline"],
+        # every configuration, in the order measured (one unless --web-processes N,M)
+        "configs": configs,
     }
     if a.json:
         Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

@@ -276,6 +276,18 @@ def proc_argv(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def proc_rss_kb(pid: int) -> int | None:
+    """The process's resident set (``VmRSS`` in ``/proc/<pid>/status``), in KiB; None when
+    it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def proc_runqueue_wait_seconds(pid: int) -> float | None:
     """Seconds the process's main thread has spent runnable but waiting for a CPU (from
     ``/proc/<pid>/schedstat``): how much the machine's other work delayed it. None when

@@ -8,8 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_game import Options, measure, print_tables, write_html
+from bench.bench_game import (
+    Options,
+    measure,
+    parse,
+    print_side_by_side,
+    print_tables,
+    start_up,
+    up_args,
+    up_env,
+    write_html,
+)
 from bench.common import machine
+from bench.watchers import Watcher
 from tests.cli.running import Up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -57,3 +68,127 @@ async def test_every_accepted_guess_is_scored_once_and_every_process_is_measured
     page = tmp_path / "report.html"
     write_html(page, {"title": "tiny", "machine": machine(), "options": vars(opts), "rows": rows})
     assert "data:image/png;base64," in page.read_text()
+
+
+async def test_a_crowd_of_watchers_is_measured_and_closed_cleanly(tmp_path: Path) -> None:
+    """``--watchers 20 --rates 20 --duration 2``: the crowd's own process signs up, reads
+    every frame, and reports its traffic, its CPU and the web's memory per socket."""
+    opts = Options(
+        rates=[20.0],
+        duration=2.0,
+        drain=20.0,
+        warmup=0.5,
+        players=5,
+        connections=8,
+        progress=False,
+        watchers=20,
+    )
+    started: list[Up] = []
+
+    def start() -> Up:
+        up = start_up(
+            tmp_path / f"data-{len(started)}",
+            *up_args(parse(["--workers", "1"]), 1),
+            env=up_env(opts),
+        )
+        started.append(up)
+        return up
+
+    def stop(up: Up) -> None:
+        up.stop()
+        up.kill_everything()
+
+    try:
+        rows = await measure(opts, start, stop)
+    finally:
+        for up in started:
+            up.kill_everything()
+    assert len(started) == 1
+    [row] = rows
+    assert row["scored"] == row["accepted"] > 0, row
+    assert row["accept_to_score_ms"]["p99"] is not None, row
+    crowd = row["watchers"]
+    assert crowd["setup"]["connected"] == 20 and not crowd["setup"]["failed"], crowd
+    assert crowd["watchers"] == crowd["open_at_load_end"] == 20, crowd
+    assert crowd["bytes_per_s"]["mean"] > 0 and crowd["frames_per_s_all"] > 0, crowd
+    assert crowd["bytes_per_s"]["max"] >= crowd["bytes_per_s"]["mean"], crowd
+    assert crowd["closed"] == {}, crowd
+    assert crowd["cpu_ms_per_s"] >= 0 and crowd["core_share"] >= 0, crowd
+    rss = crowd["web_rss"]
+    assert rss["web_processes"] == 1 and rss["before_kb"] > 0 and rss["idle_kb"] > 0, rss
+    assert isinstance(rss["idle_kb_per_socket"], float), rss
+    assert isinstance(rss["load_end_kb_per_socket"], float), rss
+    # The watcher process is measured like ours, and every socket was closed 1000 both ways.
+    assert "watchers" in row["cpu"]["roles"], row["cpu"]["roles"]
+    assert crowd["end_close"]["closing"] == crowd["end_close"]["clean"] == 20, crowd
+    # The outputs render, with two configurations side by side.
+    print_tables(rows, "tiny crowd")
+    configs = [
+        {"web_processes": n, "title": f"{n} web", "rows": rows, "up_args": []} for n in (1, 2)
+    ]
+    print_side_by_side(configs)
+    page = tmp_path / "report.html"
+    result = {"title": "tiny", "machine": machine(), "options": vars(opts), "rows": rows}
+    write_html(page, {**result, "configs": configs})
+    text = page.read_text()
+    assert "The crowd" in text and "side by side" in text, text[-2000:]
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, n))
+    elif n < 1 << 16:
+        head = bytes((0x80 | opcode, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 100_000])
+async def test_a_watcher_counts_frames_by_their_headers_however_the_bytes_arrive(
+    chunk: int,
+) -> None:
+    progress = b'{"type":"progress","round_id":"r","playing":3}'
+    stream = (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
+        + _frame(1, b'{"type":"round","state":"open"}')
+        + _frame(1, progress)
+        + _frame(9, b"ping")
+        + _frame(1, b'{"type":"progress"' + b"x" * 70_000)  # a 64-bit length
+        + _frame(1, b'{"type":"leaderboard",' + b"y" * 300)  # a 16-bit length
+        + _frame(1, b"{}")  # shorter than the prefix
+        + _frame(8, (4008).to_bytes(2, "big"))
+    )
+    w = Watcher(b"GET /ws HTTP/1.1\r\n\r\n")
+    t = _Transport()
+    w.connection_made(t)  # type: ignore[arg-type]
+    for i in range(0, len(stream), chunk):
+        w.data_received(stream[i : i + chunk])
+    assert (w.frames, w.progress, w.pings) == (5, 2, 1)
+    assert w.bytes == len(stream) - stream.index(b"\r\n\r\n") - 4
+    assert w.code == "4008" and w.greeted.done()
+    # The PONG and the close's answer are masked client frames carrying the payloads.
+    pong, close = t.out[1], t.out[2]
+    assert pong[0] == 0x8A and pong[1] == 0x80 | 4
+    assert bytes(b ^ pong[2 + (i & 3)] for i, b in enumerate(pong[6:])) == b"ping"
+    assert close[0] == 0x88 and bytes(b ^ close[2 + (i & 3)] for i, b in enumerate(close[6:])) == (
+        (4008).to_bytes(2, "big")
+    )
+    w.connection_lost(None)
+    assert w.done.done() and w.code == "4008"
