@@ -97,6 +97,11 @@ class Config:
     # process records it in Valkey and the others refuse a different count.
     partitions: int = 1
     admin_token: str | None = None
+    # When set, /metrics (the web's, and each worker's --metrics-port) wants
+    # "Authorization: Bearer <metrics_token>" and answers 401 without it; unset (or empty),
+    # /metrics is public. The environment only (CODEMOJEX_METRICS_TOKEN): no flag, so the
+    # token never shows in `ps`; `up` hands it to its children the same way.
+    metrics_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
     # Admission limits of a web process (0 = off). A page opens one socket; a few tabs
     # stay under the per-player cap. A resume further back than replay_max_events gets a
@@ -106,6 +111,15 @@ class Config:
     # load test or a classroom behind one address start a few hundred players at once.
     player_rate: float = 1.0
     player_burst: int = 300
+    # The door of a web process (web/door.py), for /api/ requests. It works on at most
+    # door_in_flight at once (0 = no door); the rest wait, lightest senders first, at most
+    # door_wait_ms, and are shed with 503 overloaded, heaviest senders first. One client
+    # address (an IPv6 address's /64) has at most address_in_flight requests at the door,
+    # working or waiting (0 = off). Behind a proxy, only with forwarded_allow_ips set is
+    # that the player's address and not the proxy's.
+    door_in_flight: int = 16
+    door_wait_ms: int = 500
+    address_in_flight: int = 64
     # Proxies whose X-Forwarded-For names the client (comma-separated IPs/CIDRs, "*" for
     # any; uvicorn's forwarded_allow_ips). Empty: trust none, the client is the TCP peer.
     # A proxy in front must be listed, or every player it carries shares its address (and
@@ -115,6 +129,13 @@ class Config:
     forwarded_allow_ips: str = ""
     sockets_per_process: int = 10_000
     replay_max_events: int = 10_000
+    # Per client address (an IPv6 address counted by its /64; 0 = off): sockets in one
+    # process, and resumes (after=) per minute that read the stream. A full process gives a
+    # newcomer from an address under its fair share the newest socket of the address that
+    # holds the most. The events resumes read are charged across connections: a player
+    # may read 3 x replay_max_events a minute, an address 10 x (burst included).
+    sockets_per_address: int = 1_000
+    replays_per_minute: int = 60
     appendfsync: str = "always"
     # What a 202 for a guess promises (docs/reliability.md): "local", the master's AOF
     # (appendfsync); "replicated", also on a replica (WAIT 1 within replica_timeout_ms,

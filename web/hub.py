@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
@@ -49,6 +50,7 @@ from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.ids import ulid_time_ms
+from web.allowance import Allowances
 from web.frames import FrameSink
 from web.metrics import Metrics
 from web.outbox import OUTBOX_BYTES, Connection, Outgoing
@@ -64,6 +66,7 @@ LEADERBOARD_INTERVAL_S = 1.0
 # --watchers), so a crowd stretches the interval instead of taking the loop.
 SOCKET_BYTES_PER_S = 3_584
 FANOUT_FRAMES_PER_S = 10_000
+CLOSE_TRY_AGAIN_LATER = 1013
 PING_INTERVAL_S = 20.0  # a socket that was sent nothing this long gets a ping (proxies)
 PING_SWEEP_S = 1.0
 BLOCK_MS = 5_000
@@ -145,6 +148,15 @@ class Hub:
         self._quiet_until = 0.0  # the fan-out budget: no paced broadcast before this
         self._conns: set[Connection] = set()
         self._by_player: dict[str, set[Connection]] = {}
+        self._by_address: dict[str, dict[Connection, None]] = {}  # in the order they came
+        cfg = game.config
+        # A resume's reads, charged across connections (CONTRACT §4 "Overload").
+        # Three full windows a minute per player (a page that resumes too far back is
+        # charged the window it was refused), ten per address.
+        per_player = 3 * cfg.replay_max_events
+        self._replay_events = Allowances(per_player, per_player)
+        self._replay_events_by_address = Allowances(10 * per_player / 3, 10 * per_player / 3)
+        self._replays_by_address = Allowances(cfg.replays_per_minute, cfg.replays_per_minute)
         self._names: dict[str, str] = {}
         self._board: list[Standing] | None = None  # what the sockets were last sent
         self._board_dirty = True
@@ -193,27 +205,52 @@ class Hub:
 
     # -- sockets --------------------------------------------------------------------------------
 
-    def admits(self, player_id: str) -> bool:
-        """Whether one more socket of ``player_id`` fits under this process's limits."""
+    def admits(self, player_id: str, address: str = "") -> bool:
+        """Whether one more socket of ``player_id`` from ``address`` (an
+        :func:`~codemojex.admission.address_key`) fits under this process's limits.
+
+        A full process does not simply refuse: a newcomer whose address holds less than
+        its fair share (the process's sockets over the addresses holding them) takes the
+        newest socket of the address holding the most, which is closed 1013 (its page
+        reconnects later, as after a restart). So one address, however many sockets it
+        opens, cannot keep another's players out."""
         cfg = self.game.config
-        if cfg.sockets_per_process and len(self._conns) >= cfg.sockets_per_process:
-            return False
         mine = self._by_player.get(player_id, ())
-        return not (cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player)
+        if cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player:
+            return False
+        held = len(self._by_address.get(address, ()))
+        if cfg.sockets_per_address and held >= cfg.sockets_per_address:
+            return False
+        if not cfg.sockets_per_process or len(self._conns) < cfg.sockets_per_process:
+            return True
+        heaviest = max(self._by_address, key=lambda a: len(self._by_address[a]))
+        share = cfg.sockets_per_process // (len(self._by_address) + (held == 0))
+        if heaviest == address or held >= share or len(self._by_address[heaviest]) <= held + 1:
+            return False
+        victim = next(reversed(self._by_address[heaviest]))
+        self.leave(victim)
+        victim.sink.close_now(CLOSE_TRY_AGAIN_LATER)
+        self.metrics.sockets_displaced.inc()
+        return True
 
     def join(self, player_id: str, sink: FrameSink, address: str = "") -> Connection:
         conn = Connection(player_id, sink, address, self.outbox_limit)
         self._conns.add(conn)
         self._by_player.setdefault(player_id, set()).add(conn)
+        self._by_address.setdefault(address, {})[conn] = None
         return conn
 
     def leave(self, conn: Connection) -> None:
         self._conns.discard(conn)
-        mine = self._by_player.get(conn.player_id)
-        if mine is not None:
-            mine.discard(conn)
-            if not mine:
-                del self._by_player[conn.player_id]
+        for index, key in ((self._by_player, conn.player_id), (self._by_address, conn.address)):
+            held = index.get(key)
+            if held is not None and conn in held:
+                if isinstance(held, set):
+                    held.discard(conn)
+                else:
+                    del held[conn]
+                if not held:
+                    del index[key]
 
     @property
     def sockets(self) -> int:
@@ -277,26 +314,46 @@ class Hub:
         # is not known, so an `after` older than the oldest retained id is a gap.
         return oldest is not None and after < oldest
 
-    async def replay(self, player_id: str, after: str) -> list[Outgoing] | None:
-        """This player's retained scores after ``after``, oldest first; None when that
-        means reading more than ``replay_max_events`` events (the socket gets a gap)."""
+    async def resume(self, player_id: str, address: str, after: str) -> list[Outgoing] | None:
+        """A resuming socket's replay, if its player and address can still afford one:
+        None (the socket gets a gap, and the page refetches over HTTP) when either has
+        spent its allowance, or when the window is longer than what is left of it."""
+        budgets = (
+            (self._replay_events, player_id),
+            (self._replay_events_by_address, address),
+        )
+        left = min(b.available(k) for b, k in budgets)
+        if left <= 0 or self._replays_by_address.available(address) < 1:
+            return None
+        self._replays_by_address.spend(address, 1)
+        bounds = [x for x in (left, self.game.config.replay_max_events or math.inf) if x < math.inf]
+        budget = int(min(bounds)) if bounds else None
+        replay, read = await self.replay(player_id, after, budget)
+        for bucket, key in budgets:
+            bucket.spend(key, read)
+        return replay
+
+    async def replay(
+        self, player_id: str, after: str, budget: int | None = None
+    ) -> tuple[list[Outgoing] | None, int]:
+        """This player's retained scores after ``after``, oldest first, and the events
+        read; None when that means reading more than ``budget`` events (a gap)."""
         out: list[Outgoing] = []
         queue = self.game.queue_of(player_id)  # every score of theirs is in its stream
         cursor = after
-        budget = self.game.config.replay_max_events or None
+        read = 0
         while True:
-            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget + 1)
+            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget - read + 1)
             events = await queue.events.since(cursor, count=page)
-            if budget is not None:
-                budget -= len(events)
-                if budget < 0:
-                    return None
+            read += len(events)
+            if budget is not None and read > budget:
+                return None, read
             for event in events:
                 msg = score_message(event)
                 if msg is not None and msg["player_id"] == player_id:
                     out.append(Outgoing.of(msg, event.job_id))
             if len(events) < page:
-                return out
+                return out, read
             cursor = events[-1].event_id
 
     # -- the reader -----------------------------------------------------------------------------

@@ -121,6 +121,11 @@ class Metrics:
             "Sockets closed 4008 for falling behind",
             registry=self.registry,
         )
+        self.sockets_displaced = Counter(
+            "codemojex_sockets_displaced",
+            "Sockets closed 1013 to make room in a full process for a lighter address",
+            registry=self.registry,
+        )
         self.broadcast_frames = Counter(
             "codemojex_broadcast_frames",
             "Progress, leaderboard and round frames written to sockets (one write each)",

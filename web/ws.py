@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from codemojex import store
+from codemojex.admission import address_key
 from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
 from web.errors import (
     BACKEND_ERRORS,
@@ -147,12 +148,13 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         log.error("socket refused: the app is served without web.server's websocket protocol")
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
-    if not services.hub.admits(player.player_id):
-        # Too many sockets (this player's, or this process's): try again later, as after
-        # a restart; the page backs off before reconnecting.
+    address = address_key(websocket.client.host if websocket.client else None)
+    if not services.hub.admits(player.player_id, address):
+        # Too many sockets (this player's, this address's or this process's): try again
+        # later, as after a restart; the page backs off before reconnecting.
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
-    conn = services.hub.join(player.player_id, sink)
+    conn = services.hub.join(player.player_id, sink, address)
     try:
         code = await _session(websocket, services, player, conn)
     except WebSocketDisconnect:
@@ -203,8 +205,9 @@ async def _greet(
         pos = parse_event_id(after)
         replay = None
         if pos is not None:
-            replay = await services.hub.replay(player.player_id, f"{pos[0]}-{pos[1]}")
-        # No usable id, a replay past its bound, or trimmed events: the page refetches.
+            replay = await services.hub.resume(player.player_id, conn.address, f"{pos[0]}-{pos[1]}")
+        # No usable id, a replay past its bound or its player's or address's allowance,
+        # or trimmed events: the page refetches.
         if pos is None or replay is None or await services.hub.gap_after(player.player_id, pos):
             conn.send_now(Outgoing.of({"type": "gap"}))
         for item in replay or ():
