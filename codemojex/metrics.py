@@ -6,6 +6,8 @@ thread — prometheus-client's own server, which picks the exposition format fro
 scraper's ``Accept`` header (``choose_encoder``). Under ``codemojex up --metrics-port P``
 the supervisor gives its workers consecutive ports P, P+1, …; a replaced worker takes the
 port of the one it replaces, so a static scrape list of ``--workers`` targets stays right.
+With ``CODEMOJEX_METRICS_TOKEN`` set, a scrape needs ``Authorization: Bearer <that token>``
+(else ``401``), as the web process's ``/metrics`` does (:func:`metrics_authorized`).
 
 What is counted costs the scoring path nothing but one histogram observation per guess:
 the consumer's and the scorer's own counters are read at scrape time (a collector), not
@@ -15,12 +17,15 @@ process, which reads them from Valkey on each scrape; a worker reports what only
 
 from __future__ import annotations
 
+import hmac
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -28,14 +33,13 @@ from prometheus_client import (
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Histogram,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     import echomq
     from codemojex.score_worker import ScoreWorker
 
@@ -53,6 +57,64 @@ def standard_collectors(registry: CollectorRegistry) -> None:
     the default registry's collectors are registered in it again."""
     for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
         registry.register(collector)
+
+
+def metrics_authorized(authorization: str | None, token: str | None) -> bool:
+    """Whether a scrape sending this ``Authorization`` header may read ``/metrics``: any
+    scrape when no metrics token is set, else only ``Bearer <token>``, compared in constant
+    time."""
+    if not token:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"),
+        token.encode("utf-8", "surrogateescape"),
+    )
+
+
+_UNAUTHORIZED = b'{"error":"unauthorized","detail":"the metrics token is required"}'
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _guarded(app: WSGIApp, token: str | None) -> WSGIApp:
+    """``app`` behind :func:`metrics_authorized` (the contract's 401 JSON without it)."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if metrics_authorized(environ.get("HTTP_AUTHORIZATION"), token):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(_UNAUTHORIZED))),
+                ("WWW-Authenticate", "Bearer"),
+            ],
+        )
+        return [_UNAUTHORIZED]
+
+    return guarded
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing (as prometheus-client's own server): a scrape is no news."""
+
+
+def _serve_wsgi(app: WSGIApp, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+    """prometheus-client's ``start_http_server`` with our own app: a threaded WSGI server
+    on ``host:port`` (IPv6 too), served from a daemon thread."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    httpd = make_server(host, port, app, Server, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return httpd, thread
 
 
 @dataclass
@@ -147,13 +209,15 @@ class WorkerMetrics:
 
         return timed_handler
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> bool:
+    def serve(self, port: int, host: str = "127.0.0.1", token: str | None = None) -> bool:
         """Serve ``/metrics`` on ``host:port``; False (logged) when the port is taken.
+        With ``token``, only to ``Authorization: Bearer <token>`` (else 401).
 
         A worker that cannot serve its metrics keeps scoring: Prometheus reports the
         target down (``up == 0``), which the alert rules watch."""
+        app = _guarded(make_wsgi_app(self.registry), token)
         try:
-            self._server, self._thread = start_http_server(port, host, self.registry)
+            self._server, self._thread = _serve_wsgi(app, host, port)
         except OSError as e:
             log.error("metrics: cannot listen on %s:%d: %s", host, port, e)
             return False

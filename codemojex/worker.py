@@ -151,7 +151,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     assert config.valkey_url
     meters.watch(guesses, scorer)
     if config.metrics_port:
-        meters.serve(config.metrics_port, config.metrics_host)
+        meters.serve(config.metrics_port, config.metrics_host, config.metrics_token)
     tasks: list[asyncio.Task[None]] = []
     try:
         await _until_ready(game)

@@ -26,8 +26,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from codemojex.config import Config
-from codemojex.errors import CodemojexError
+from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Admin, Game
+from codemojex.metrics import metrics_authorized
 from web import admin, api, ws
 from web.errors import (
     BACKEND_ERRORS,
@@ -58,6 +59,9 @@ async def admin_page(_request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     services = services_of(request)
+    # CODEMOJEX_METRICS_TOKEN set: a scraper's bearer token, checked before any Valkey work.
+    if not metrics_authorized(request.headers.get("authorization"), services.config.metrics_token):
+        raise Unauthorized("the metrics token is required")
     snapshot: dict[str, Any] | None = None
     try:
         async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):

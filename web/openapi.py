@@ -281,6 +281,7 @@ def _guess_body(length: int, palette: Sequence[str]) -> dict[str, Any]:
 
 _PLAYER: list[dict[str, list[str]]] = [{"playerToken": []}]
 _ADMIN: list[dict[str, list[str]]] = [{"adminToken": []}]
+_METRICS: list[dict[str, list[str]]] = [{}, {"metricsToken": []}]  # {}: none when unset
 
 
 def _op(
@@ -411,14 +412,15 @@ _PATHS: dict[str, Any] = {
     },
     "/metrics": {
         "get": _op(
-            "Prometheus metrics",
+            "Prometheus metrics; where CODEMOJEX_METRICS_TOKEN is set, only with it (401 without)",
             {
                 "200": {
                     "description": "Prometheus text format",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 }
             },
-            (),
+            (401,),
+            security=_METRICS,
         )
     },
     "/openapi.json": {
@@ -543,6 +545,11 @@ def openapi_document(
                     "type": "http",
                     "scheme": "bearer",
                     "description": "CODEMOJEX_ADMIN_TOKEN (or the generated one)",
+                },
+                "metricsToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "CODEMOJEX_METRICS_TOKEN, where it is set",
                 },
             },
         },
