@@ -363,6 +363,7 @@ def _web(args: argparse.Namespace) -> int:
     config = _config(args)
     access_log = _access_log(args)
     _require_valkey(config, "web")
+    _private_files(config, admin_token=True)
 
     import uvicorn
 
@@ -393,6 +394,22 @@ def _web(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
+def _private_files(config: Config, *, admin_token: bool = False) -> None:
+    """Every file this process creates is its owner's alone, as under ``up``: the SQLite
+    file (it holds the open round's secret) and its journals, the generated admin token.
+    The data dir, where one of them lives (SQLite by default; the admin token when
+    ``admin_token`` and none is set), is made private (0700), created so if need be."""
+    os.umask(0o077)
+    if config.database_url is not None and not (admin_token and not config.admin_token):
+        return  # nothing of this process lives in the data dir
+    data_dir = config.data_dir.expanduser()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
+    except OSError as e:
+        raise Fatal(f"cannot make the data dir {data_dir} private: {e}") from None
+
+
 def _access_log(args: argparse.Namespace) -> bool:
     if args.access_log is not None:
         return bool(args.access_log)
@@ -420,6 +437,7 @@ def shared_port_socket(host: str, port: int) -> socket.socket:
 def _worker(args: argparse.Namespace) -> int:
     config = _config(args)
     _require_valkey(config, "worker")
+    _private_files(config)
 
     from codemojex.worker import run_worker
 
@@ -439,6 +457,7 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 
 def _migrate(args: argparse.Namespace) -> int:
     config = _config(args)
+    _private_files(config)
     _migrate_or_fail(config.sql_url)
     print(f"database at head: {redact(config.sql_url)}")
     return 0
