@@ -5,7 +5,11 @@ and ``docker compose config`` on both files where a Docker CLI with compose exis
 The files are read with PyYAML (anchors and merge keys resolved, as compose resolves
 them). Every app service runs a real ``codemojex`` subcommand (parsed by the CLI's own
 parser) and sets only variables the code reads; every dependency, health check, volume,
-proxy route and scrape target points at something that exists.
+proxy route and scrape target points at something that exists. What is exposed is checked
+too: only the proxy is published beyond loopback and it does not route ``/metrics``; every
+secret is a required variable (``${VAR:?…}``: compose refuses to start without it, and
+there is no default to forget); Grafana has no anonymous access; Prometheus scrapes with the
+metrics token.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ CONFIG_VARS = {f"CODEMOJEX_{f.name.upper()}" for f in fields(Config) if f.name !
 # codemojex.worker reads CODEMOJEX_WORKER_ID; codemojex.cli reads CODEMOJEX_LOG_FORMAT.
 KNOWN_VARS = CONFIG_VARS | {"CODEMOJEX_WORKER_ID", "CODEMOJEX_LOG_FORMAT"}
 ONE_SHOT = {"migrate", "valkey-cluster-init"}
+# Variables compose must refuse to start without (no default anywhere).
+REQUIRED_SECRETS = ("CODEMOJEX_ADMIN_TOKEN", "CODEMOJEX_METRICS_TOKEN", "GRAFANA_ADMIN_PASSWORD")
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 
 
@@ -145,8 +151,13 @@ def test_workers_run_three_replicas_with_time_to_release_their_jobs(
 def test_environment_names_are_ones_the_code_reads(either: dict[str, Any]) -> None:
     needed = {
         "migrate": {"CODEMOJEX_DATABASE_URL"},
-        "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL"},
-        "web": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL", "CODEMOJEX_ADMIN_TOKEN"},
+        "worker": {"CODEMOJEX_DATABASE_URL", "CODEMOJEX_VALKEY_URL", "CODEMOJEX_METRICS_TOKEN"},
+        "web": {
+            "CODEMOJEX_DATABASE_URL",
+            "CODEMOJEX_VALKEY_URL",
+            "CODEMOJEX_ADMIN_TOKEN",
+            "CODEMOJEX_METRICS_TOKEN",
+        },
     }
     for name, svc in app_services(either).items():
         env = svc.get("environment") or {}
@@ -377,12 +388,146 @@ def test_grafana_is_provisioned_with_the_dashboard_and_prometheus(
     assert provider["options"]["path"] == dashboards_at
     (source,) = load(DEPLOY / "grafana/provisioning/datasources/prometheus.yml")["datasources"]
     host, port = re.fullmatch(r"http://([\w-]+):(\d+)", source["url"]).groups()  # type: ignore[union-attr]
-    assert host in compose["services"] and f"{port}:{port}" in compose["services"][host]["ports"]
+    assert host in compose["services"]
+    assert int(port) in {container for _, _, container in _published(compose["services"][host])}
     dashboard = json.loads((DEPLOY / "grafana/dashboards/codemojex.json").read_text("utf-8"))
     uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p.get("targets", [])}
     assert uids == {source["uid"]}
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{dashboards_at}/codemojex.json"
+
+
+# -- exposure and secrets ----------------------------------------------------------------------
+
+
+def _published(svc: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """``(host_ip, host_port, container_port)`` of each port ``svc`` publishes, short syntax
+    (``[IP:]HOST:CONTAINER[/proto]``) or long (``host_ip``, ``published``, ``target``); a
+    mapping without an address is published on every interface (``0.0.0.0``)."""
+    out = []
+    for port in svc.get("ports") or []:
+        if isinstance(port, dict):
+            out.append((port.get("host_ip", "0.0.0.0"), str(port["published"]), port["target"]))
+            continue
+        text = str(port).split("/")[0]
+        head, _, container = text.rpartition(":")
+        ip, _, host = head.rpartition(":") if head.count(":") else ("", "", head)
+        if ip.startswith("$"):  # ${VAR:-…} takes colons of its own: read it as a whole
+            ip, host = "", head
+        out.append((ip.strip("[]") or "0.0.0.0", host, int(container)))
+    return out
+
+
+def test_published_ports_parse() -> None:
+    svc = {"ports": ["127.0.0.1:9090:9090", "${P:-8000}:80", "3000:3000/tcp", "[::1]:1:2"]}
+    assert _published(svc) == [
+        ("127.0.0.1", "9090", 9090),
+        ("0.0.0.0", "${P:-8000}", 80),
+        ("0.0.0.0", "3000", 3000),
+        ("::1", "1", 2),
+    ]
+
+
+def test_only_the_proxy_is_published_beyond_loopback(either: dict[str, Any]) -> None:
+    """Players reach the proxy; Grafana and Prometheus (and anything else published) are
+    this machine's alone: bound to 127.0.0.1 (or ::1), not to every interface."""
+    public = {}
+    for name, svc in either["services"].items():
+        for ip, host, container in _published(svc):
+            if not ipaddress.ip_address(ip).is_loopback:
+                public[name] = (ip, host, container)
+    assert set(public) == {"proxy"}, public
+    for name in ("grafana", "prometheus"):
+        assert _published(either["services"][name]), f"{name} is not published at all"
+
+
+def _required(value: str, var: str) -> bool:
+    """Whether ``value`` is exactly ``${var:?message}``: compose stops, saying the message,
+    when ``var`` is unset or empty."""
+    return re.fullmatch(rf"\$\{{{var}:\?[^}}]+\}}", value) is not None
+
+
+def test_every_secret_is_a_required_variable_without_a_default(either: dict[str, Any]) -> None:
+    _, web = _role(either, "web")
+    _, worker = _role(either, "worker")
+    grafana = either["services"]["grafana"]
+    for env, name, var in (
+        (web["environment"], "CODEMOJEX_ADMIN_TOKEN", "CODEMOJEX_ADMIN_TOKEN"),
+        (web["environment"], "CODEMOJEX_METRICS_TOKEN", "CODEMOJEX_METRICS_TOKEN"),
+        (worker["environment"], "CODEMOJEX_METRICS_TOKEN", "CODEMOJEX_METRICS_TOKEN"),
+        (grafana["environment"], "GF_SECURITY_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD"),
+    ):
+        assert _required(str(env[name]), var), f"{name}: {env[name]!r} is not ${{{var}:?…}}"
+    # Nowhere in either file does one of them get a default (${VAR:-…}, ${VAR-…}).
+    for path in (COMPOSE, CLUSTER):
+        text = path.read_text(encoding="utf-8")
+        for var in REQUIRED_SECRETS:
+            for use in re.findall(rf"\$\{{{var}([^}}]*)\}}", text):
+                assert use.startswith(":?"), f"{path.name}: ${{{var}{use}}}"
+    assert _required("${X:?set X}", "X") and not _required("${X:-x}", "X")
+    assert not _required("${X}", "X") and not _required("${X:?}", "X")
+
+
+def test_grafana_wants_a_login(either: dict[str, Any]) -> None:
+    env = either["services"]["grafana"]["environment"]
+    assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "false"
+    assert "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    assert str(env.get("GF_AUTH_DISABLE_LOGIN_FORM", "false")).lower() == "false"
+    assert str(env.get("GF_AUTH_BASIC_ENABLED", "true")).lower() == "true"
+    assert str(env.get("GF_USERS_ALLOW_SIGN_UP", "false")).lower() == "false"
+    assert "GF_SECURITY_ADMIN_PASSWORD__FILE" not in env  # the one password, required above
+
+
+def test_prometheus_scrapes_with_the_metrics_token(either: dict[str, Any]) -> None:
+    """Web and workers want the token (CODEMOJEX_METRICS_TOKEN); Prometheus reads the same
+    variable, as a compose secret from the environment, in its scrape configs."""
+    prom = either["services"]["prometheus"]
+    secrets = either["secrets"]
+    (name,) = (s if isinstance(s, str) else s["source"] for s in prom["secrets"])
+    assert secrets[name] == {"environment": "CODEMOJEX_METRICS_TOKEN"}
+    config = load(DEPLOY / "prometheus" / "prometheus.yml")
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for job_name in ("codemojex-web", "codemojex-worker"):
+        auth = jobs[job_name]["authorization"]
+        assert auth.get("type", "Bearer") == "Bearer", job_name
+        assert auth["credentials_file"] == f"/run/secrets/{name}", job_name
+        assert "credentials" not in auth and "bearer_token" not in jobs[job_name]
+
+
+def _nginx_location(text: str, head: str) -> str | None:
+    """The body of the block ``head { … }`` (quoted strings may hold braces), or None."""
+    start = re.search(rf"(?m)^\s*{head}\s*\{{", text)
+    if start is None:
+        return None
+    depth, quote, i = 1, "", start.end()
+    while depth:
+        ch = text[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        else:
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+        i += 1
+    return text[start.end() : i - 1]
+
+
+def test_the_proxy_does_not_route_metrics(compose: dict[str, Any]) -> None:
+    """Prometheus scrapes each web replica directly; through the public proxy /metrics is
+    404 (an exact location, which nginx matches on the normalised path, before location /)."""
+    proxy = compose["services"]["proxy"]
+    mount = next(v for v in proxy["volumes"] if v.endswith(":/etc/nginx/nginx.conf:ro"))
+    conf = re.sub(r"(?m)^\s*#[^\n]*", "", (ROOT / mount.split(":")[0]).read_text("utf-8"))
+    closed = _nginx_location(conf, r"location\s+=\s+/metrics")
+    assert closed is not None, "no exact location for /metrics: location / would pass it on"
+    assert re.search(r"^\s*return\s+404\b", closed, re.MULTILINE), closed
+    assert "proxy_pass" not in closed
+    # No other location names it (a regex one would win over location /, or pass it on).
+    heads = re.findall(r"(?m)^\s*location\s+([^{]+)\{", conf)
+    assert [h.strip() for h in heads if "metrics" in h] == ["= /metrics"], heads
+    assert _nginx_location("location = /x { return 404 '{}'; }", "location = /x") == (
+        " return 404 '{}'; "
+    )
 
 
 # -- the image ---------------------------------------------------------------------------------
@@ -435,7 +580,7 @@ def test_docker_compose_accepts_the_files(files: list[Path]) -> None:
     if cli is None:
         pytest.skip("no Docker CLI with compose v2 here")
     argv = [*cli, *(a for f in files for a in ("-f", str(f))), "config", "--quiet"]
-    env = {**os.environ, "CODEMOJEX_ADMIN_TOKEN": "x" * 32}
+    env = {**os.environ, **{var: "x" * 32 for var in REQUIRED_SECRETS}}
     done = subprocess.run(
         argv, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )

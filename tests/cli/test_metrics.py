@@ -129,6 +129,12 @@ def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests(tmp_path
     # The config names the rules where compose mounts them; check it where they are here.
     config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text(encoding="utf-8"))
     config["rule_files"] = [str(PROMETHEUS / Path(f).name) for f in config["rule_files"]]
+    # ... and the metrics token where promtool can find a file (compose mounts a secret).
+    token = tmp_path / "metrics_token"
+    token.write_text("t" * 32 + "\n", encoding="utf-8")
+    for job in config["scrape_configs"]:
+        if "authorization" in job:
+            job["authorization"]["credentials_file"] = str(token)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
 
