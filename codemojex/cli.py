@@ -204,6 +204,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="proxies whose X-Forwarded-For names the client, comma-separated IPs/CIDRs or * "
         "(none: the client is the TCP peer; CODEMOJEX_FORWARDED_ALLOW_IPS)",
     )
+    serving.add_argument(
+        "--door-in-flight",
+        type=int,
+        default=None,
+        metavar="N",
+        help="API requests one web process works on at once; more wait, lightest senders "
+        "first (16; 0 = no bound; CODEMOJEX_DOOR_IN_FLIGHT)",
+    )
+    serving.add_argument(
+        "--door-wait-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="longest a request waits at the door before 503 overloaded "
+        "(500; CODEMOJEX_DOOR_WAIT_MS)",
+    )
+    serving.add_argument(
+        "--address-in-flight",
+        type=int,
+        default=None,
+        metavar="N",
+        help="API requests one client address (an IPv6 /64) may have at a web process, "
+        "working or waiting (64; 0 = off; CODEMOJEX_ADDRESS_IN_FLIGHT)",
+    )
 
     up = sub.add_parser(
         "up",
@@ -312,6 +336,8 @@ def _config(args: argparse.Namespace) -> Config:
         raise Fatal(f"--partitions must be 1 to {MAX_PARTITIONS}")
     if not 0 <= config.metrics_port <= 65535:
         raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
+    if min(config.door_in_flight, config.door_wait_ms, config.address_in_flight) < 0:
+        raise Fatal("--door-in-flight, --door-wait-ms and --address-in-flight must be 0 or more")
     if config.forwarded_allow_ips:
         given_as = (
             "--forwarded-allow-ips"

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
 from codemojex import control, layout, store
-from codemojex.admission import TokenBuckets
+from codemojex.admission import TokenBuckets, address_key
 from codemojex.config import GUESS_QUEUE, Config
 from codemojex.errors import (
     Conflict,
@@ -51,6 +51,17 @@ log = logging.getLogger("codemojex.game")
 AUTH_CACHE_SIZE = 100_000
 # A player's unscored guesses listed at most (the pending cap keeps them far fewer).
 UNFINISHED_LISTED = 1_000
+# Valkey connections of one process beyond its door's bound (web/door.py): the hub's
+# reads, websocket greetings and replays (not behind the door), admin and metrics.
+POOL_RESERVE = 64
+DEFAULT_POOL = 100  # redis-py's own default, for a process without a door (a worker)
+# A command that finds every connection busy waits this long for one (then 503).
+POOL_TIMEOUT_S = 5.0
+
+
+def pool_size(config: Config) -> int:
+    """Valkey connections of one process: its door's bound plus :data:`POOL_RESERVE`."""
+    return max(DEFAULT_POOL, config.door_in_flight + POOL_RESERVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +100,17 @@ class Game:
 
     @classmethod
     def connect(cls, config: Config) -> Game:
+        """The game over a pool that waits for a free connection rather than failing (a
+        full redis-py pool raised ``MaxConnectionsError`` at once, and every request of a
+        busy web process answered 503 alike), sized above what the door lets in."""
         assert config.valkey_url, "valkey_url is required"
         conn = echomq.connect(
             config.valkey_url,
             socket_timeout=5,
             socket_connect_timeout=2,
             health_check_interval=10,
+            max_connections=pool_size(config),
+            pool_timeout=POOL_TIMEOUT_S,
         )
         return cls(conn, store.make_engine(config.sql_url), config)
 
@@ -131,12 +147,18 @@ class Game:
         bucket, after the name was judged (400 before 429, as the contract orders)."""
         clean = validate_name(name)
         if address is not None:
-            await self.new_players.take(address)
+            await self.new_players.take(address_key(address))  # an IPv6 /64 is one address
         token = secrets.token_urlsafe(24)
         player = await store.create_player(
             self.engine, clean, store.hash_token(token), await self.queues.server_time_ms()
         )
         return NewPlayer(player.player_id, player.name, token)
+
+    def known_player(self, token: str | None) -> store.Player | None:
+        """The player owning ``token`` if this process has seen it, else None; no I/O."""
+        if not token or len(token) > 256:
+            return None
+        return self._players.get(store.hash_token(token))
 
     async def authenticate(self, token: str | None) -> store.Player:
         """The player owning ``token``; :class:`Unauthorized` otherwise. Only hashes are

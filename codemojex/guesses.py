@@ -6,17 +6,29 @@ when the guess is accepted; a replay is answered as a replay, a different body i
 conflict), the round's deadline, the player's rate (a token bucket on the server clock) and
 pending cap, and the guess's sequence number. A refused or replayed submission takes no
 number, no token and leaves no key behind.
+
+A player the script has just refused for its rate is refused again here, without the round
+trip, while this process can tell the script would refuse it too (:class:`BucketMirror`,
+an upper bound on the bucket from the script's own answers) — after the same checks, in the
+same order: a guess that is malformed, for an unknown round or for a round about to close
+still gets its 400, 404 or 409 first. An ``Idempotency-Key`` this process saw bound (the
+retry of an accepted guess) is always asked about: its answer is the replay. One this
+process never saw is refused like a new guess; with several web processes, a retry that
+lands on another process than its acceptance did, while the player is over its rate, is
+answered ``429`` and gets its replay once ``Retry-After`` has passed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 import orjson
 
 import echomq
 from codemojex import tracing
+from codemojex.admission import BucketMirror
 from codemojex.config import Config
 from codemojex.errors import (
     IdempotencyConflict,
@@ -32,6 +44,11 @@ from codemojex.rules import validate_guess
 
 IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 FIFO_LANE = "fifo"
+# A guess is refused locally only while its round is open for at least this much longer
+# on this machine's clock: closer to the close, Valkey's clock decides 409 or 429.
+CLOSE_MARGIN_MS = 2_000
+# Idempotency keys this process saw bound, remembered so their retries reach Valkey.
+BOUND_KEYS_KEPT = 100_000
 
 
 def idempotency_key(player_id: str, key: str) -> str:
@@ -58,6 +75,10 @@ class Guesses:
         self.queues = queues
         self.rounds = rounds
         self.config = config
+        rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
+        self.mirror = BucketMirror(rate, config.guess_burst)
+        self.local_refusals = 0  # guesses refused by the mirror, without a round trip
+        self._bound: dict[str, None] = {}  # dedup keys bound through this process
 
     def lane_of(self, player_id: str) -> str:
         """The lane of ``player_id``'s guesses: their own, or the one FIFO lane."""
@@ -84,6 +105,17 @@ class Guesses:
         config = self.config
         rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
         lane = self.lane_of(player_id)
+        mirror = self.mirror
+        if (
+            rate
+            and (dedup is None or dedup.key not in self._bound)
+            and time.time() * 1000 + CLOSE_MARGIN_MS < rnd.closes_at_ms
+        ):
+            wait_s = mirror.wait_s(player_id)
+            if wait_s > 0:
+                self.local_refusals += 1
+                raise self._rate_limited(retry_after_s(int(wait_s * 1000) + 1))
+        mark = mirror.mark(player_id)
         try:
             with tracing.enqueueing(lane, player_id, round_id) as trace:
                 receipt = await self.queues.of_lane(lane).lanes.submit(
@@ -102,23 +134,21 @@ class Guesses:
                 )
                 trace.enqueued(receipt.job_id, receipt.created)
         except echomq.DedupConflict:
+            if dedup is not None:
+                self._remember_bound(dedup.key)  # bound elsewhere: its retries say 409 too
             raise IdempotencyConflict(
                 "this Idempotency-Key was used with a different body"
             ) from None
         except echomq.DeadlinePassed:
             raise RoundClosed(f"round {round_id} is closed") from None
         except echomq.RateLimited as exc:
-            wait_s = retry_after_s(exc.retry_after_ms)
-            raise RateLimited(
-                retry_after_s=wait_s,
-                detail=(
-                    f"at most {_rate_text(rate)} guesses a second (bursts of {config.guess_burst});"
-                    f" slow down and try again in {wait_s} s"
-                ),
-            ) from None
+            mirror.refused(player_id, exc.retry_after_ms, mark)
+            raise self._rate_limited(retry_after_s(exc.retry_after_ms)) from None
         except echomq.NotReplicated:
             # Never a 202 that a failover could take back: the guess may exist on the
             # master, so a retry with the same Idempotency-Key is answered as a replay.
+            if dedup is not None:
+                self._remember_bound(dedup.key)
             raise Unavailable(
                 "the guess was not confirmed on a replica in time; try again "
                 "(with the same Idempotency-Key)",
@@ -130,7 +160,29 @@ class Guesses:
                 detail=(f"you already have {config.lane_cap} guesses waiting to be scored"),
             ) from None
         assert receipt.seq is not None
+        if receipt.created:
+            mirror.took(player_id, mark)
+        if dedup is not None:
+            self._remember_bound(dedup.key)
         return Accepted(receipt.job_id, receipt.seq, receipt.created)
+
+    def _rate_limited(self, wait_s: int) -> RateLimited:
+        config = self.config
+        return RateLimited(
+            retry_after_s=wait_s,
+            detail=(
+                f"at most {_rate_text(config.guess_rate)} guesses a second (bursts of "
+                f"{config.guess_burst}); slow down and try again in {wait_s} s"
+            ),
+        )
+
+    def _remember_bound(self, key: str) -> None:
+        bound = self._bound
+        if key in bound:
+            return
+        if len(bound) >= BOUND_KEYS_KEPT:
+            del bound[next(iter(bound))]  # the oldest first: retries come soon or not at all
+        bound[key] = None
 
 
 def _rate_text(rate: float) -> str:

@@ -88,11 +88,18 @@ def is_cluster(url: str) -> bool:
     return cluster_url(url)[1]
 
 
-def connect(url: str, **kwargs: Any) -> Client:
+def connect(url: str, *, pool_timeout: float | None = None, **kwargs: Any) -> Client:
     """A client for ``url`` with hiredis packing: a ``redis.asyncio.Redis`` for a server,
     a ``redis.asyncio.RedisCluster`` for a cluster URL (see the module docstring).
     Keyword arguments go to the connection pool, or to every node's pool on a cluster
-    (socket_timeout, max_connections, …)."""
+    (socket_timeout, max_connections, …).
+
+    ``pool_timeout``: a server's pool blocks a command that finds all ``max_connections``
+    busy for up to this many seconds until one is free (redis-py's
+    ``BlockingConnectionPool``; then ``ConnectionError``), instead of failing it at once
+    with ``MaxConnectionsError``. redis-py's cluster nodes have no blocking pool: on a
+    cluster each node's ``max_connections`` is a hard bound, which the caller keeps its
+    work under (the web's door does)."""
     plain, cluster = cluster_url(url)
     if cluster:
         if urlsplit(plain).scheme == "unix":
@@ -105,7 +112,12 @@ def connect(url: str, **kwargs: Any) -> Client:
             for node in client.nodes_manager.startup_nodes.values():
                 node.connection_class = FastConnection
         return client
-    pool = redis.asyncio.ConnectionPool.from_url(plain, **kwargs)
+    if pool_timeout is not None:
+        pool: redis.asyncio.ConnectionPool = redis.asyncio.BlockingConnectionPool.from_url(
+            plain, timeout=pool_timeout, **kwargs
+        )
+    else:
+        pool = redis.asyncio.ConnectionPool.from_url(plain, **kwargs)
     if pool.connection_class is Connection:
         pool.connection_class = FastConnection
     elif pool.connection_class is UnixDomainSocketConnection:

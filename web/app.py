@@ -30,6 +30,7 @@ from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Admin, Game
 from codemojex.metrics import metrics_authorized
 from web import admin, api, ws
+from web.door import Door, Gate, GateCollector
 from web.errors import (
     BACKEND_ERRORS,
     Edge,
@@ -41,7 +42,7 @@ from web.hub import Hub
 from web.metrics import Metrics, RouteMetrics
 from web.openapi import openapi_document
 from web.responses import JSONResponse
-from web.services import Services, services_of
+from web.services import Services, guess_refused_locally, services_of
 
 log = logging.getLogger("codemojex.web")
 
@@ -87,6 +88,13 @@ def create_app(config: Config) -> Starlette:
     """The web app for ``config``; nothing connects until the lifespan starts."""
     admin_token = config.resolve_admin_token()
     meters = Metrics()  # before the lifespan: the request middleware counts into it
+    # The door (web/door.py): the API requests this process works on at once, who waits.
+    gate = Gate(
+        limit=config.door_in_flight,
+        wait_ms=config.door_wait_ms,
+        address_limit=config.address_in_flight,
+    )
+    meters.registry.register(GateCollector(gate))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -96,6 +104,7 @@ def create_app(config: Config) -> Starlette:
         hub = Hub(game, meters)
         hub.start()
         app.state.services = Services(config, game, hub, meters, admin_token)
+        app.state.door = gate
         try:
             yield
         finally:
@@ -119,7 +128,11 @@ def create_app(config: Config) -> Starlette:
     }
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RouteMetrics, metrics=meters), Middleware(Edge)],
+        middleware=[
+            Middleware(RouteMetrics, metrics=meters),
+            Middleware(Edge),
+            Middleware(Door, gate=gate, peek=guess_refused_locally),
+        ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

@@ -31,6 +31,7 @@ _ERROR_CODES = [
     "idempotency_conflict",
     "conflict",
     "unavailable",
+    "overloaded",
 ]
 
 _ID = {
@@ -238,7 +239,9 @@ _RESPONSES: dict[str, Any] = {
         429: "lane_full: too many guesses pending (accepted, not yet scored); or "
         "rate_limited: guesses (or new players from one address) sent faster than the "
         "allowed rate (a token bucket on the server clock); retry after Retry-After",
-        503: "unavailable: Valkey or SQL is down; retry after Retry-After",
+        503: "unavailable: Valkey or SQL is down; or overloaded: this server is busy and "
+        "served lighter senders first (or too many requests in flight from one address); "
+        "retry after Retry-After",
     }.items()
 }
 

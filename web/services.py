@@ -7,6 +7,7 @@ import hmac
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
+from starlette.types import Scope
 
 from codemojex import store
 from codemojex.config import Config
@@ -55,8 +56,24 @@ class Services:
             self.hub.progress.accepted(round_id, player_id, accepted.seq)
         return accepted
 
+    def refused_locally(self, token: str) -> bool:
+        """Whether a guess with ``token`` will be refused for its player's rate without a
+        Valkey round trip (a player this process knows, whom the bucket mirror refuses);
+        the door lets such a guess skip its queue. No I/O."""
+        player = self.game.known_player(token)
+        return player is not None and self.game.guesses.mirror.wait_s(player.player_id) > 0
+
     def count(self, outcome: str) -> None:
         self.metrics.submissions.labels(outcome).inc()
+
+
+def guess_refused_locally(scope: Scope, token: str) -> bool:
+    """The door's peek (``web.door.Door``): a ``POST /api/guesses`` that
+    :meth:`Services.refused_locally` says will be refused without Valkey."""
+    if scope["path"] != "/api/guesses":
+        return False
+    services = getattr(scope["app"].state, "services", None)
+    return isinstance(services, Services) and services.refused_locally(token)
 
 
 def services_of(conn: HTTPConnection) -> Services:

@@ -1,0 +1,242 @@
+"""The door's parts on their own: the address key (an IPv6 /64 is one address), the bucket
+mirror's bound, the senders' rates, and the gate's order (lightest first, heaviest shed).
+The door on a real server is tests/web/test_door.py."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from codemojex.admission import BucketMirror, address_key
+from web.door import MAX_WAITING, FlowRates, Gate
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- what one address is -------------------------------------------------------------------------
+
+
+def test_an_ipv6_address_counts_by_its_64_and_ipv4_as_itself() -> None:
+    assert address_key("203.0.113.7") == "203.0.113.7"
+    assert address_key("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    # Any host of one /64 is the same subscriber: it may pick addresses at will.
+    assert address_key("2001:db8:1:2:ffff:ffff:ffff:ffff") == "2001:db8:1:2::/64"
+    assert address_key("2001:0db8:0001:0002:0000:0000:0000:0009") == "2001:db8:1:2::/64"
+    assert address_key("2001:db8:1:3::1") == "2001:db8:1:3::/64"  # the next /64 is another
+    assert address_key("fe80::1%eth0") == "fe80::/64"
+    assert address_key("::ffff:203.0.113.7") == "203.0.113.7"  # IPv4-mapped: the IPv4 one
+    assert address_key("::1") == "::/64"
+    assert address_key("") == ""
+    assert address_key(None) == ""
+    assert address_key("testclient") == "testclient"  # not an address: as given
+
+
+# -- the bucket mirror --------------------------------------------------------------------------
+
+
+class Bucket:
+    """The enqueue script's bucket, exactly (lane_enqueue.lua), on a clock of its own."""
+
+    def __init__(self, rate: float, burst: int, clock: Clock) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self.tokens: float = burst
+        self.at = clock()
+
+    def take(self) -> int:
+        """0: taken; else the script's retry_ms."""
+        now = self.clock() * 1000
+        tokens = min(self.burst, self.tokens + max(0, now - self.at * 1000) * self.rate / 1000)
+        if tokens < 1:
+            return max(1, math.ceil((1 - tokens) * 1000 / self.rate))
+        self.tokens, self.at = tokens - 1, self.clock()
+        return 0
+
+
+def test_the_mirror_refuses_only_while_the_script_certainly_would() -> None:
+    clock = Clock()
+    bucket = Bucket(10, 5, clock)
+    mirror = BucketMirror(10, 5, clock=clock)
+    asked = local = 0
+    for step in range(4000):
+        clock.t += 0.013 if step % 7 else 0.0011  # bursts and pauses
+        if mirror.wait_s("p") > 0:
+            local += 1
+            assert bucket.take() > 0, f"the mirror refused what the script accepts ({step})"
+            bucket.tokens = bucket.tokens  # a refusal changes nothing
+            continue
+        asked += 1
+        mark = mirror.mark("p")
+        retry_ms = bucket.take()
+        if retry_ms:
+            mirror.refused("p", retry_ms, mark)
+        else:
+            mirror.took("p", mark)
+    # At ~80 tries a second against 10 a second, most refusals are known locally.
+    assert local > asked, (local, asked)
+
+
+def test_other_processes_taking_tokens_never_make_the_mirror_refuse_wrongly() -> None:
+    clock = Clock()
+    bucket = Bucket(5, 3, clock)
+    ours = BucketMirror(5, 3, clock=clock)
+    for step in range(3000):
+        clock.t += 0.01
+        if step % 3 == 0:  # another web process, whose answers we never see
+            bucket.take()
+            continue
+        if ours.wait_s("p") > 0:
+            assert bucket.take() > 0
+            continue
+        mark = ours.mark("p")
+        retry_ms = bucket.take()
+        if retry_ms:
+            ours.refused("p", retry_ms, mark)
+        else:
+            ours.took("p", mark)
+
+
+def test_an_answer_read_late_never_counts_a_take_twice() -> None:
+    clock = Clock()
+    bucket = Bucket(1, 2, clock)
+    mirror = BucketMirror(1, 2, clock=clock)
+    first = mirror.mark("p")  # sent ...
+    assert bucket.take() == 0
+    second = mirror.mark("p")
+    assert bucket.take() == 0
+    third = mirror.mark("p")
+    retry_ms = bucket.take()
+    assert retry_ms > 0
+    mirror.refused("p", retry_ms, third)  # ... the refusal is read first,
+    mirror.took("p", first)  # the acceptances after it
+    mirror.took("p", second)
+    clock.t += retry_ms / 1000 + 0.002
+    assert mirror.wait_s("p") == 0  # the token the script has again is asked for
+    assert bucket.take() == 0
+
+
+def test_the_mirror_forgets_a_full_bucket_and_is_bounded() -> None:
+    clock = Clock()
+    mirror = BucketMirror(10, 2, max_subjects=100, clock=clock)
+    mirror.refused("p", 100, mirror.mark("p"))
+    assert 0 < mirror.wait_s("p") <= 0.1
+    clock.t += 1
+    assert mirror.wait_s("p") == 0 and len(mirror) == 0
+    for i in range(1000):
+        mirror.refused(f"p{i}", 100, mirror.mark(f"p{i}"))
+        clock.t += 0.001
+    assert len(mirror) <= 100
+    assert mirror.wait_s("p999") > 0  # the newest bounds stay
+    off = BucketMirror(0, 20, clock=clock)
+    off.refused("p", 100, off.mark("p"))
+    assert off.wait_s("p") == 0
+
+
+# -- senders' rates -----------------------------------------------------------------------------
+
+
+def test_a_senders_rate_is_its_recent_requests_a_second() -> None:
+    rates = FlowRates(tau_s=2.0, max_keys=1000)
+    t = 0.0
+    for _ in range(400):  # 100 a second for 4 s
+        t += 0.01
+        fast = rates.hit("masher", t)
+    assert 80 < fast < 100
+    for _ in range(2):  # one every 3 s
+        t += 3
+        slow = rates.hit("honest", t)
+    assert slow < 1
+    assert rates.rate("masher", t + 10) < fast / 100  # quiet: it fades
+    for i in range(5000):
+        rates.hit(i, t)
+    assert len(rates) <= 1000
+
+
+# -- the gate -----------------------------------------------------------------------------------
+
+
+async def _hold(gate: Gate, weight: float, order: list[float], release: asyncio.Event) -> bool:
+    if not await gate.enter(weight):
+        order.append(-weight)
+        return False
+    order.append(weight)
+    await release.wait()
+    gate.leave()
+    return True
+
+
+async def test_a_free_slot_goes_to_the_lightest_waiting_request() -> None:
+    gate = Gate(limit=1, wait_ms=5_000, address_limit=0)
+    release = asyncio.Event()
+    order: list[float] = []
+    first = asyncio.create_task(_hold(gate, 50.0, order, release))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(_hold(gate, w, order, release)) for w in (40.0, 90.0, 0.3)]
+    await asyncio.sleep(0)
+    assert (gate.working, gate.waiting) == (1, 3)
+    release.set()
+    assert all(await asyncio.gather(first, *waiting))
+    assert order == [50.0, 0.3, 40.0, 90.0]
+    assert (gate.working, gate.waiting) == (0, 0)
+
+
+async def test_a_request_waiting_past_the_target_is_shed() -> None:
+    gate = Gate(limit=1, wait_ms=50, address_limit=0)
+    release = asyncio.Event()
+    order: list[float] = []
+    holder = asyncio.create_task(_hold(gate, 1.0, order, release))
+    await asyncio.sleep(0)
+    assert await gate.enter(5.0) is False
+    assert gate.counts["shed_wait"] == 1 and gate.waiting == 0
+    release.set()
+    await holder
+    assert gate.working == 0
+
+
+async def test_a_full_queue_sheds_its_heaviest_first() -> None:
+    gate = Gate(limit=1, wait_ms=10_000, address_limit=0)
+    release = asyncio.Event()
+    order: list[float] = []
+    holder = asyncio.create_task(_hold(gate, 1.0, order, release))
+    await asyncio.sleep(0)
+    heavy = [asyncio.create_task(_hold(gate, 100.0, order, release)) for _ in range(MAX_WAITING)]
+    await asyncio.sleep(0)
+    assert gate.waiting == MAX_WAITING
+    # A light newcomer takes the place of a heavy waiter, which is shed at once ...
+    light = asyncio.create_task(_hold(gate, 0.5, order, release))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert gate.counts["shed_full"] == 1 and gate.waiting == MAX_WAITING
+    # ... and a newcomer as heavy as any waiter is the one shed.
+    assert await gate.enter(100.0) is False
+    assert gate.counts["shed_full"] == 2
+    release.set()
+    results = await asyncio.gather(holder, light, *heavy)
+    assert results.count(False) == 1
+    # the holder; the heavy waiter shed to make room; the light one, served next
+    assert order[:3] == [1.0, -100.0, 0.5]
+    assert (gate.working, gate.waiting) == (0, 0)
+
+
+async def test_a_waiter_that_leaves_passes_its_slot_on() -> None:
+    gate = Gate(limit=1, wait_ms=10_000, address_limit=0)
+    release = asyncio.Event()
+    order: list[float] = []
+    holder = asyncio.create_task(_hold(gate, 1.0, order, release))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(_hold(gate, 0.1, order, release))
+    after = asyncio.create_task(_hold(gate, 2.0, order, release))
+    await asyncio.sleep(0)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    release.set()
+    assert await holder and await after
+    assert (gate.working, gate.waiting) == (0, 0)
