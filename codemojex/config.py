@@ -120,15 +120,6 @@ class Config:
     door_in_flight: int = 16
     door_wait_ms: int = 500
     address_in_flight: int = 64
-    # The door of a web process (web/door.py), for /api/ requests. It works on at most
-    # door_in_flight at once (0 = no door); the rest wait, lightest senders first, at most
-    # door_wait_ms, and are shed with 503 overloaded, heaviest senders first. One client
-    # address (an IPv6 address's /64) has at most address_in_flight requests at the door,
-    # working or waiting (0 = off). Behind a proxy, only with forwarded_allow_ips set is
-    # that the player's address and not the proxy's.
-    door_in_flight: int = 16
-    door_wait_ms: int = 500
-    address_in_flight: int = 64
     # Proxies whose X-Forwarded-For names the client (comma-separated IPs/CIDRs, "*" for
     # any; uvicorn's forwarded_allow_ips). Empty: trust none, the client is the TCP peer.
     # A proxy in front must be listed, or every player it carries shares its address (and
