@@ -13,6 +13,7 @@ Everything else (the handshake, reading, pings, the closing handshake) stays uvi
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any, Protocol
 
@@ -50,8 +51,84 @@ class FrameSink(Protocol):
         ...
 
 
+class _Inbox:
+    """The protocol's queue of ASGI events for the app: one consumer, so a list and one
+    waiter instead of ``asyncio.Queue``'s three deques (about 2.3 KB a socket)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.pop(0)
+
+
+class _Flag:
+    """``asyncio.Event`` for one flag few ever wait on (uvicorn's ``writable``): no deque
+    (about 0.8 KB a socket) until someone waits."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> None:
+        while not self._set:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+
 class FramesProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's sans-I/O websocket protocol, plus the ``codemojex.frames`` extension."""
+    """uvicorn's sans-I/O websocket protocol, plus the ``codemojex.frames`` extension, and
+    lighter where a process holds thousands: the app's inbox and the writable flag are
+    small single-purpose objects, and the handshake's request and response (their
+    headers) are let go once the socket is accepted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queue = _Inbox()  # type: ignore[assignment]
+        self.writable = _Flag()  # type: ignore[assignment]
+        self.writable.set()
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.accept" and self.handshake_complete:
+            self.request = self.response = None  # type: ignore[assignment]
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)

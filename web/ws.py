@@ -290,7 +290,8 @@ async def plain_http(_request: Request) -> Response:
     raise NotFound("/ws is a websocket: open it with an upgrade")
 
 
+PATH = "/ws"
 routes: list[BaseRoute] = [
-    WebSocketRoute("/ws", socket_endpoint),
-    Route("/ws", plain_http, methods=["GET"]),
+    WebSocketRoute(PATH, socket_endpoint),  # reached only by an app without web.app.App
+    Route(PATH, plain_http, methods=["GET"]),
 ]
