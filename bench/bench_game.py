@@ -2,7 +2,7 @@
 
     uv run python -m bench.bench_game [--rates 100,300,1000,2000] [--duration 10] [--workers 2]
         [--players 200] [--postgres | --database-url postgresql://…] [--up-arg=--concurrency=8]
-        [--watchers N [--watcher-processes K]] [--web-processes 1[,2]]
+        [--watchers N[,M…] [--watcher-processes K]] [--web-processes 1[,2]]
         [--json OUT] [--html OUT]
 
 Starts a fresh ``codemojex up`` (embedded Valkey, SQLite unless told otherwise, N workers),
@@ -46,8 +46,14 @@ watchers together, ``progress`` messages a second per watcher, the watchers the 
 closed (by close code), the watcher processes' CPU (ms a second, share of a core), and the
 web processes' resident set per socket: (VmRSS with the crowd connected − before it
 connected) ÷ its sockets, idle before the first window and at the load's end.
-``--web-processes 1,2`` measures each configuration in turn (everything above, each on its
-own ``up``) and prints them side by side with each one's ratio to the first.
+``--watchers 0,9800`` and ``--web-processes 1,2`` take lists: every pair is a configuration,
+measured in turn (everything above, each on its own fresh ``up``), web processes in the outer
+loop and watchers in the inner one (1 web with 0 watchers, 1 web with 9,800, 2 web with 0,
+2 web with 9,800), and printed side by side with each one's ratio to the first
+("1 web, 0 watchers"): web CPU per guess, accept→score p50/p99 and scored/s with and without
+a crowd, read off one run. When any configuration has a crowd, every one runs with the
+crowd's ``CODEMOJEX_*`` settings, so that the crowd is all that differs; a configuration with
+0 watchers starts no watcher process and leaves the crowd's figures blank.
 
 When a rate's backlog does not drain in time, the next rate runs on a fresh ``up`` so one
 rate's queue never leaks into the next. A round that closes mid-window is followed (the
@@ -75,7 +81,7 @@ import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote, urlsplit
@@ -149,11 +155,14 @@ def watcher_processes(opts: Options) -> int:
     return max(1, min(2, math.ceil(opts.watchers / WATCHERS_PER_PROCESS)))
 
 
-def up_env(opts: Options) -> dict[str, str]:
+def up_env(opts: Options, crowd: bool | None = None) -> dict[str, str]:
     """``CODEMOJEX_*`` variables for ``up``: a crowd needs the per-address limits lifted
-    (every watcher signs up and connects from 127.0.0.1) and no per-process socket cap. A
-    variable a server does not know is ignored (an older ``--baseline`` has fewer)."""
-    if not opts.watchers:
+    (every watcher signs up and connects from 127.0.0.1) and no per-process socket cap.
+    ``crowd`` (default: ``opts.watchers`` is not 0) asks for them without one, so that a
+    configuration with 0 watchers runs the same server as the one with a crowd it is
+    compared with. A variable a server does not know is ignored (an older ``--baseline``
+    has fewer)."""
+    if not (opts.watchers > 0 if crowd is None else crowd):
         return {}
     return {
         "CODEMOJEX_PLAYER_RATE": "0",
@@ -1490,53 +1499,83 @@ def print_crowd(rows: list[dict[str, Any]], title: str) -> None:
             )
 
 
-def side_by_side_rows(row: dict[str, Any]) -> list[tuple[str, float | None, int]]:
-    """(figure, value, digits) of one row, for comparing configurations."""
+def side_by_side_rows(
+    row: dict[str, Any], crowd: bool | None = None
+) -> list[tuple[str, float | None, int]]:
+    """(figure, value, digits) of one row, for comparing configurations. ``crowd`` (default:
+    the row has one) adds the crowd's figures, None where the row has no crowd, so that a
+    configuration with 0 watchers lines up with one that has them."""
     web = row["cpu"]["roles"].get("web") or {}
+    offered = row["offered_per_s"]
     out: list[tuple[str, float | None, int]] = [
         ("scored/s", row["scored_per_s"], 0),
+        ("scored/s ÷ offered/s", row["scored_per_s"] / offered if offered else None, 2),
         ("accept→score p50 ms", row["accept_to_score_ms"]["p50"], 1),
         ("accept→score p99 ms", row["accept_to_score_ms"]["p99"], 1),
         ("web CPU ms/guess (Σ)", web.get("ms_per_guess"), 3),
         ("web share of a core (Σ)", web.get("core_share"), 2),
     ]
     c = row.get("watchers")
-    if c is not None:
-        out += [
-            ("B/s per watcher", c["bytes_per_s"]["mean"], 0),
-            ("frames/s all watchers", c["frames_per_s_all"], 0),
-            ("progress/s per watcher", c["progress_per_s"]["mean"], 2),
-            ("watchers closed", float(sum(c["closed"].values())), 0),
-            ("watcher CPU ms/s", c["cpu_ms_per_s"], 1),
-            ("web KB/socket idle", c["web_rss"]["idle_kb_per_socket"], 1),
-            ("web KB/socket at load end", c["web_rss"]["load_end_kb_per_socket"], 1),
+    if crowd is None:
+        crowd = c is not None
+    if crowd:
+        figures: list[tuple[str, Callable[[dict[str, Any]], float], int]] = [
+            ("watchers open at load end", lambda c: float(c["open_at_load_end"]), 0),
+            ("B/s per watcher", lambda c: c["bytes_per_s"]["mean"], 0),
+            ("frames/s all watchers", lambda c: c["frames_per_s_all"], 0),
+            ("progress/s per watcher", lambda c: c["progress_per_s"]["mean"], 2),
+            ("watchers closed", lambda c: float(sum(c["closed"].values())), 0),
+            ("watcher CPU ms/s", lambda c: c["cpu_ms_per_s"], 1),
+            ("web KB/socket idle", lambda c: c["web_rss"]["idle_kb_per_socket"], 1),
+            ("web KB/socket at load end", lambda c: c["web_rss"]["load_end_kb_per_socket"], 1),
         ]
+        out += [(name, None if c is None else get(c), digits) for name, get, digits in figures]
     return out
+
+
+def config_name(c: dict[str, Any]) -> str:
+    """What a configuration's column is called: "1 web, 9,800 watchers"."""
+    return c.get("name") or f"{c['web_processes']} web, {int(c.get('watchers') or 0):,} watchers"
+
+
+def side_by_side(configs: list[dict[str, Any]]) -> tuple[list[str], list[list[list[str]]]]:
+    """The side-by-side table as text (the console's and the HTML's): its heads, and per
+    rate of the first configuration the rows (offered/s, figure, each configuration's value,
+    each one's ratio to the first's; "-" where there is none)."""
+    names = [config_name(c) for c in configs]
+    heads = ["offered/s", "figure", *names, *(f"{n} ÷ {names[0]}" for n in names[1:])]
+    crowd = any("watchers" in r for c in configs for r in c["rows"])
+    sections = []
+    for i, first in enumerate(configs[0]["rows"]):
+        each = [
+            side_by_side_rows(c["rows"][i], crowd) if i < len(c["rows"]) else [] for c in configs
+        ]
+        lines = []
+        for j, (name, _, digits) in enumerate(each[0]):
+            got = [f[j][1] if j < len(f) else None for f in each]
+            base = got[0]
+            ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in got[1:]]
+            lines.append(
+                [
+                    _f(first["offered_per_s"]) if j == 0 else "",
+                    name,
+                    *(_f(v, digits) for v in got),
+                    *ratios,
+                ]
+            )
+        sections.append(lines)
+    return heads, sections
 
 
 def print_side_by_side(configs: list[dict[str, Any]]) -> None:
     """Every configuration's figures per rate, with each one's ratio to the first."""
-    names = [f"{c['web_processes']} web" for c in configs]
-    t = Table(title=f"web processes side by side (ratio = each ÷ {names[0]})")
-    t.add_column("offered/s", justify="right")
-    t.add_column("figure")
-    for n in names:
-        t.add_column(n, justify="right")
-    for n in names[1:]:
-        t.add_column(f"{n} ÷ {names[0]}", justify="right")
-    for i, first in enumerate(configs[0]["rows"]):
-        others = [c["rows"][i] if i < len(c["rows"]) else None for c in configs]
-        figs = [None if r is None else side_by_side_rows(r) for r in others]
-        for j, (name, base, digits) in enumerate(side_by_side_rows(first)):
-            vals = [None if f is None or j >= len(f) else f[j][1] for f in figs]
-            ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in vals[1:]]
-            t.add_row(
-                _f(first["offered_per_s"]) if j == 0 else "",
-                name,
-                *(_f(v, digits) for v in vals),
-                *ratios,
-                end_section=j == len(figs[0] or ()) - 1,
-            )
+    heads, sections = side_by_side(configs)
+    t = Table(title=f"configurations side by side (ratio = each ÷ {heads[2]})")
+    for k, h in enumerate(heads):
+        t.add_column(h, justify="left" if k == 1 else "right")
+    for lines in sections:
+        for j, line in enumerate(lines):
+            t.add_row(*line, end_section=j == len(lines) - 1)
     console.print(t)
 
 
@@ -1662,22 +1701,17 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
             "and at the load's end.</p>"
         )
     if len(configs) > 1:
-        names = [f"{c['web_processes']} web" for c in configs]
-        body = []
-        for i, first in enumerate(configs[0]["rows"]):
-            each = [side_by_side_rows(c["rows"][i]) if i < len(c["rows"]) else [] for c in configs]
-            for j, (name, base, digits) in enumerate(side_by_side_rows(first)):
-                got = [f[j][1] if j < len(f) else None for f in each]
-                ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in got[1:]]
-                tds = [_f(first["offered_per_s"]) if j == 0 else "", name]
-                tds += [_f(v, digits) for v in got] + ratios
-                body.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in tds) + "</tr>")
-        heads = ["offered/s", "figure", *names, *(f"{n} ÷ {names[0]}" for n in names[1:])]
+        heads, sections = side_by_side(configs)
         crowd.append(
-            "<h2>Web processes side by side</h2><table><tr>"
+            f"<h2>Configurations side by side (ratio = each ÷ {html.escape(heads[2])})</h2>"
+            "<table><tr>"
             + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
             + "</tr>"
-            + "".join(body)
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in line) + "</tr>"
+                for lines in sections
+                for line in lines
+            )
             + "</table>"
         )
     m = result["machine"]
@@ -1779,11 +1813,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--watchers",
-        type=int,
-        default=0,
-        metavar="N",
+        default="0",
+        metavar="N[,M…]",
         help="N extra players whose sockets only read (bench/watchers.py, their own "
-        "process), all connected before the first window (0)",
+        "process), all connected before the first window (0); several (0,9800) measure "
+        "each crowd in turn, each on its own up, crossed with --web-processes (for each "
+        "web-processes value, each watchers value) and printed side by side",
     )
     p.add_argument(
         "--watcher-processes",
@@ -1803,12 +1838,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--web-processes",
         metavar="N[,M…]",
         help="`codemojex up --web-processes N`; several (1,2) measure each configuration "
-        "in turn and print them side by side (default: up's own, 1)",
+        "in turn, each on its own up, and print them side by side (default: up's own, 1)",
     )
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
     p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    for name in ("watchers", "web_processes"):
+        text = getattr(a, name)
+        if text is None:
+            continue
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            values = []
+        low = 0 if name == "watchers" else 1
+        if not values or min(values) < low:
+            p.error(f"--{name.replace('_', '-')}: integers ≥ {low}, comma-separated: {text!r}")
+    return a
+
+
+def int_list(text: str | None) -> list[int]:
+    """``0,9800`` → [0, 9800] (an option ``parse`` has checked)."""
+    return [int(x) for x in (text or "").split(",") if x.strip()]
 
 
 @contextlib.contextmanager
@@ -1843,7 +1895,10 @@ async def run(
     title: str,
     server_root: Path | None = None,
     web_processes: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
+    """Every rate of ``opts`` on ``up``s with ``--web-processes web_processes`` and ``env``
+    (default: ``up_env(opts)``)."""
     with database(a) as (next_url, roots):
 
         def start() -> Up:
@@ -1852,7 +1907,9 @@ async def run(
             if url:
                 args += ["--database-url", url]
             n = len(list(tmp.glob("data-*")))
-            return start_up(tmp / f"data-{n}", *args, env=up_env(opts), root=server_root)
+            return start_up(
+                tmp / f"data-{n}", *args, env=up_env(opts) if env is None else env, root=server_root
+            )
 
         def stop(up: Up) -> None:
             try:
@@ -1992,35 +2049,36 @@ def main(argv: list[str] | None = None) -> int:
         seed=a.seed,
         fresh_each_rate=a.fresh_each_rate,
         progress=a.progress,
-        watchers=a.watchers,
         watcher_processes=a.watcher_processes,
         watcher_concurrency=a.watcher_concurrency,
     )
-    webs: list[int | None] = (
-        [int(x) for x in a.web_processes.split(",") if x.strip()] if a.web_processes else [None]
-    )
+    webs: list[int | None] = list(int_list(a.web_processes)) or [None]
+    crowds = int_list(a.watchers) or [0]
+    # every (web processes, watchers) pair in turn: web processes outer, watchers inner
+    plan = [(web, replace(opts, watchers=n)) for web in webs for n in crowds]
+    # with a crowd anywhere, every configuration gets its settings: only the crowd differs
+    env = up_env(opts, crowd=max(crowds) > 0)
     # up and its web processes inherit the limit: a crowd needs a descriptor per socket
     nofile = raise_nofile()
     db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
-    crowd = f" + {opts.watchers:,} watchers" if opts.watchers else ""
 
-    def title_of(web: int | None) -> str:
+    def title_of(web: int | None, o: Options) -> str:
+        crowd = f" + {o.watchers:,} watchers" if o.watchers else ""
         return f"codemojex up {' '.join(up_args(a, web))} — {db}, {a.players} players{crowd}"
 
     m = machine()
     src = source_state()
     top = max(opts.rates, default=0) / max(1, opts.players)
+    crowd_note = ", then ".join(
+        f"{n:,} (in {watcher_processes(replace(opts, watchers=n))} process(es))" if n else "0"
+        for n in crowds
+    )
     console.print(
-        f"[bold]{title_of(webs[0])}[/]; {opts.schedule} arrivals, {opts.duration:g} s per "
+        f"[bold]{title_of(*plan[0])}[/]; {opts.schedule} arrivals, {opts.duration:g} s per "
         f"rate; at most {top:.1f} guesses/s per player; client loop: "
         f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
         + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"] else "")
-        + (
-            f"; {opts.watchers:,} watchers in {watcher_processes(opts)} process(es), "
-            f"open files {nofile:,}"
-            if opts.watchers
-            else ""
-        )
+        + (f"; watchers {crowd_note}, open files {nofile:,}" if max(crowds) > 0 else "")
         + (f"; web processes {', '.join(map(str, webs))} in turn" if len(webs) > 1 else "")
     )
     started = time.monotonic()
@@ -2028,11 +2086,11 @@ def main(argv: list[str] | None = None) -> int:
     configs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
         try:
-            for k, web in enumerate(webs):
-                title = title_of(web)
+            for k, (web, o) in enumerate(plan):
+                title = title_of(web, o)
                 base_rows: list[dict[str, Any]] | None = None
-                if len(webs) > 1:
-                    console.print(f"[bold]configuration {k + 1} of {len(webs)}[/]: {title}")
+                if len(plan) > 1:
+                    console.print(f"[bold]configuration {k + 1} of {len(plan)}[/]: {title}")
                 if a.baseline:
                     with baseline_tree(a.baseline, Path(tmp) / f"baseline{k}") as tree:
                         console.print(
@@ -2040,14 +2098,19 @@ def main(argv: list[str] | None = None) -> int:
                             f"({tree.rev}), same client, same machine"
                         )
                         (Path(tmp) / f"b{k}").mkdir()
-                        base_rows = runner(run(a, opts, Path(tmp) / f"b{k}", title, tree.path, web))
+                        base_rows = runner(
+                            run(a, o, Path(tmp) / f"b{k}", title, tree.path, web, env)
+                        )
                 (Path(tmp) / f"c{k}").mkdir()
-                rows = runner(run(a, opts, Path(tmp) / f"c{k}", title, None, web))
+                rows = runner(run(a, o, Path(tmp) / f"c{k}", title, None, web, env))
                 configs.append(
                     {
+                        "name": f"{web or 1} web, {o.watchers:,} watchers",
                         "web_processes": web or 1,
+                        "watchers": o.watchers,
                         "title": title,
                         "up_args": up_args(a, web),
+                        "up_env": env,
                         "rows": rows,
                         "baseline": {"rev": a.baseline, "rows": base_rows},
                     }
@@ -2074,14 +2137,17 @@ def main(argv: list[str] | None = None) -> int:
         "title": first["title"],
         "machine": m,
         "loadavg_end": os.getloadavg(),
-        "options": asdict(opts),
+        # the first configuration's (its watchers); each one's are in configs
+        "options": asdict(plan[0][1]),
         "up_args": first["up_args"],
         "database": db,
         "source": src,
-        # the first configuration's, as before --web-processes took a list
+        # the first configuration's, as before --web-processes and --watchers took lists
         "rows": first["rows"],
         "baseline": first["baseline"],
-        # every configuration, in the order measured (one unless --web-processes N,M)
+        # every configuration, in the order measured (web processes outer, watchers inner;
+        # one unless --web-processes or --watchers is a list), each with its name,
+        # web_processes, watchers, up_args, up_env, rows and baseline
         "configs": configs,
     }
     if a.json:

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
+import bench.bench_game
 from bench.bench_game import (
     Options,
+    main,
     measure,
     parse,
     print_side_by_side,
@@ -132,6 +135,49 @@ async def test_a_crowd_of_watchers_is_measured_and_closed_cleanly(tmp_path: Path
     write_html(page, {**result, "configs": configs})
     text = page.read_text()
     assert "The crowd" in text and "side by side" in text, text[-2000:]
+
+
+@pytest.mark.timeout(240)
+def test_each_crowd_size_runs_on_its_own_up_and_is_printed_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--watchers 0,10``: two configurations, one without a watcher process, one with 10
+    watchers, each on a fresh ``up`` with the same server settings; the JSON has both and
+    the side-by-side table compares them, the crowd's figures blank for the first."""
+    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    out = tmp_path / "game.json"
+    page = tmp_path / "game.html"
+    argv = ["--watchers", "0,10", "--rates", "20", "--duration", "2", "--players", "10"]
+    argv += ["--warmup", "0.5", "--drain", "10", "--workers", "1", "--quiet"]
+    assert main([*argv, "--json", str(out), "--html", str(page)]) == 0
+    result = orjson.loads(out.read_bytes())
+    configs = result["configs"]
+    assert [(c["web_processes"], c["watchers"]) for c in configs] == [(1, 0), (1, 10)]
+    assert [c["name"] for c in configs] == ["1 web, 0 watchers", "1 web, 10 watchers"]
+    # The same server settings for both: the crowd is all that differs.
+    assert configs[0]["up_env"] == configs[1]["up_env"] != {}, configs[0]["up_env"]
+    assert result["rows"] == configs[0]["rows"] and result["options"]["watchers"] == 0
+    for c in configs:
+        [row] = c["rows"]
+        assert row["scored"] == row["accepted"] > 0, row
+        assert row["cpu"]["roles"]["web"]["ms_per_guess"] > 0, row["cpu"]["roles"]
+    [bare], [crowded] = configs[0]["rows"], configs[1]["rows"]
+    assert "watchers" not in bare and "watchers" not in bare["cpu"]["roles"], bare["cpu"]
+    assert crowded["watchers"]["open_at_load_end"] == 10, crowded["watchers"]
+    assert "watchers" in crowded["cpu"]["roles"], crowded["cpu"]["roles"]
+    text = capsys.readouterr().out
+    assert "configuration 2 of 2" in text, text
+    table = text[text.index("configurations side by side") :]
+    assert "1 web, 0 watchers" in table and "1 web, 10 watchers ÷ 1 web, 0 watchers" in table
+    line = next(x for x in table.splitlines() if "B/s per watcher" in x)
+    cells = [x.strip() for x in line.split("│") if x.strip()]
+    # the figure, the first configuration's (blank), the second's, the ratio (none)
+    assert cells[0] == "B/s per watcher" and cells[1] == "-" and cells[-1] == "-", cells
+    assert float(cells[2].replace(",", "")) > 0, cells
+    line = next(x for x in table.splitlines() if "web CPU ms/guess" in x)
+    assert line.rstrip(" │").endswith("×"), line
+    html = page.read_text()
+    assert "Configurations side by side" in html and "The crowd" in html, html[-3000:]
 
 
 class _Transport:
