@@ -19,8 +19,9 @@ The fan-out costs one write per socket: a broadcast is encoded and framed once
 or copy per socket. It is also paced so a crowd never becomes a flood of bytes: after each
 broadcast the flusher stays quiet long enough that every socket gets at most
 :data:`SOCKET_BYTES_PER_S` of progress and leaderboards, and the process writes at most
-:data:`FANOUT_FRAMES_PER_S` such frames in all (with 10,000 sockets, one progress message a
-second). The hub never waits for a socket: one whose unsent bytes pass its bound is evicted
+:data:`FANOUT_FRAMES_PER_S` such frames a second in all (with 10,000 sockets, one progress
+message every 2 s), yielding to the event loop every :data:`FANOUT_SLICE` sockets so that
+guesses keep being answered while it writes. The hub never waits for a socket: one whose unsent bytes pass its bound is evicted
 (:mod:`web.outbox`) — closed with 4008, and the page resumes with ``after=`` — so a slow
 browser cannot slow the others.
 
@@ -65,7 +66,10 @@ LEADERBOARD_INTERVAL_S = 1.0
 # event loop writes in a small share of a core (about 5 us a frame, measured in bench_game
 # --watchers), so a crowd stretches the interval instead of taking the loop.
 SOCKET_BYTES_PER_S = 3_584
-FANOUT_FRAMES_PER_S = 10_000
+FANOUT_FRAMES_PER_S = 5_000
+# A paced broadcast yields to the event loop after this many sockets, so a crowd's fan-out
+# (10,000 writes) never holds a guess's request behind it for the whole of it.
+FANOUT_SLICE = 64
 CLOSE_TRY_AGAIN_LATER = 1013
 PING_INTERVAL_S = 20.0  # a socket that was sent nothing this long gets a ping (proxies)
 PING_SWEEP_S = 1.0
@@ -264,6 +268,20 @@ class Hub:
         taken = 0
         for conn in list(self._conns):
             taken += self.offer(conn, out)
+        self.metrics.broadcast_frames.inc(taken)
+        return taken
+
+    async def _fanout_sliced(self, out: Outgoing) -> int:
+        """:meth:`_fanout`, yielding every :data:`FANOUT_SLICE` sockets. A socket that
+        joins meanwhile is not sent this one; it was just greeted with the snapshot."""
+        taken = 0
+        conns = list(self._conns)
+        for start in range(0, len(conns), FANOUT_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for conn in conns[start : start + FANOUT_SLICE]:
+                if conn in self._conns:  # not gone meanwhile
+                    taken += self.offer(conn, out)
         self.metrics.broadcast_frames.inc(taken)
         return taken
 
@@ -479,7 +497,7 @@ class Hub:
                 if out.frame == self._progress_sent.get(round_id):
                     continue  # nothing in it changed (a change may leave the message alike)
                 self._progress_sent[round_id] = out.frame
-                self._fanout(out)
+                await self._fanout_sliced(out)
                 frames, nbytes = frames + 1, nbytes + len(out.frame)
         except BaseException:
             for _, r in changed:
@@ -499,7 +517,7 @@ class Hub:
             if board != self._board:
                 self._board = board
                 out = Outgoing.of({"type": "leaderboard", "players": board})
-                self._fanout(out)
+                await self._fanout_sliced(out)
                 frames, nbytes = frames + 1, nbytes + len(out.frame)
         if frames:
             quiet = max(nbytes / SOCKET_BYTES_PER_S, frames * self.sockets / FANOUT_FRAMES_PER_S)
