@@ -60,6 +60,11 @@ MAX_WAITING = 1024
 MIN_REFUSAL_S = 0.25
 RETRY_AFTER_S = 1
 MAX_TOKEN_BYTES = 300  # a longer Authorization header is no token (401): weighed by address
+# The adaptive bound (:class:`Gradient`): a guess's time at the door may grow to this many
+# times its unloaded time before the bound shrinks; never below MIN_LIMIT.
+TOLERANCE = 1.5
+MIN_LIMIT = 2
+BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
 
@@ -104,6 +109,51 @@ class FlowRates:
         if excess > 0:  # a flood of new keys: keep the newest half
             for key in list(self._counts)[:excess]:
                 del self._counts[key]
+
+
+class Gradient:
+    """The door's bound, adapted to how long guesses take inside it (after Netflix's
+    gradient limiter): when the recent time of a guess (an EWMA of the last few) grows past
+    :data:`TOLERANCE` times its unloaded time (the quietest second of the last
+    :data:`BASELINE_S`), the bound shrinks in proportion, down to :data:`MIN_LIMIT`; while
+    it stays within, the bound grows by one per update, back up to the configured one. A
+    bound that is not being used (fewer than half its slots busy) is left as it is.
+
+    The process's own work is what grows a guess's time: a busy event loop, a CPU the
+    machine's other processes want, a slower Valkey. A smaller bound then queues more at
+    the door, where light senders go first and the heaviest are shed, instead of in the
+    event loop, first come first served."""
+
+    def __init__(self, max_limit: int, min_limit: int = MIN_LIMIT) -> None:
+        self.max_limit = max_limit
+        self.min_limit = min(min_limit, max_limit)
+        self.value = float(max_limit)
+        self.recent: float | None = None
+        self.baseline: float | None = None
+        self._seconds: list[tuple[int, float, int]] = []  # (second, sum, count)
+        self._n = 0
+
+    def sample(self, seconds: float, now: float, busy: int) -> int:
+        """One guess's time in its slot; the bound to apply from now."""
+        self.recent = seconds if self.recent is None else self.recent * 0.8 + seconds * 0.2
+        second = int(now)
+        buckets = self._seconds
+        if buckets and buckets[-1][0] == second:
+            _, total, count = buckets[-1]
+            buckets[-1] = (second, total + seconds, count + 1)
+        else:
+            buckets.append((second, seconds, 1))
+            while buckets[0][0] <= second - BASELINE_S:
+                buckets.pop(0)
+            means = [total / count for _, total, count in buckets[:-1] if count >= 3]
+            self.baseline = min(means) if means else None
+        self._n += 1
+        if self._n % 4 or self.baseline is None or busy < self.value / 2:
+            return int(self.value)
+        gradient = max(0.5, min(1.0, TOLERANCE * self.baseline / self.recent))
+        target = self.value * gradient + 1
+        self.value = max(self.min_limit, min(self.max_limit, 0.8 * self.value + 0.2 * target))
+        return int(self.value)
 
 
 class _Waiter:
@@ -160,11 +210,13 @@ class Gate:
         limit: int,
         wait_ms: int,
         address_limit: int,
+        adaptive: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if limit < 0 or wait_ms < 0 or address_limit < 0:
             raise ValueError("door limits must be >= 0 (0 = off)")
-        self.limit = limit
+        self.limit = limit  # the bound now: the gradient's, up to the configured one
+        self.gradient = Gradient(limit) if limit and adaptive else None
         self.wait_s = wait_ms / 1000
         self.address_limit = address_limit
         self.clock = clock
@@ -179,8 +231,14 @@ class Gate:
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
 
+    def timed(self, seconds: float) -> None:
+        """A guess held a slot for ``seconds``: the gradient may move the bound."""
+        if self.gradient is not None:
+            self.limit = self.gradient.sample(seconds, self.clock(), self.working)
+
     def stats(self) -> dict[str, Any]:
         return {
+            "limit": self.limit,
             "working": self.working,
             "waiting": self.waiting,
             "addresses": len(self.at_door),
@@ -230,9 +288,10 @@ class Gate:
         return granted
 
     def leave(self) -> None:
-        """Hand the slot to the lightest waiting request, or free it."""
+        """Hand the slot to the lightest waiting request, or free it (or, when the bound
+        has shrunk below the slots in use, retire it)."""
         heap = self._lightest
-        while heap:
+        while heap and self.working <= self.limit:
             waiter = heapq.heappop(heap)[2]
             if waiter.live:
                 waiter.live = False
@@ -306,9 +365,12 @@ class Door:
             if not await gate.enter(weight):
                 await self._refuse(_BUSY, now, send)
                 return
+            began = gate.clock()
             try:
                 await self.app(scope, receive, send)
             finally:
+                if scope["method"] == "POST" and scope["path"] == "/api/guesses":
+                    gate.timed(gate.clock() - began)
                 gate.leave()
         finally:
             left = at_door[address] - 1
@@ -350,3 +412,8 @@ class GateCollector(Collector):
         now.add_metric(["working"], gate.working)
         now.add_metric(["waiting"], gate.waiting)
         yield now
+        bound = GaugeMetricFamily(
+            "codemojex_door_limit", "The door's bound now (adaptive, up to --door-in-flight)"
+        )
+        bound.add_metric([], gate.limit)
+        yield bound
