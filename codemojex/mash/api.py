@@ -3,7 +3,13 @@
 Submissions carry an ``Idempotency-Key`` and are retried with the same key when the answer
 is lost (a transport error, a timeout, ``503``): the server then answers with the job it
 already accepted, so the load script never loses track of an accepted guess and never makes
-the server count one twice. Every call is bounded by the client's timeouts.
+the server count one twice. Every call is bounded by the client's timeouts. A patient
+client (an honest player) pauses before a retry, ``Retry-After`` after ``503 overloaded``;
+an impatient one (a masher) retries at once, and after ``503 overloaded`` — the door's
+refusal, which the guess never got past — moves on to its next guess.
+
+``local_address`` binds every connection's source address (``127.0.0.x`` against a server
+on loopback), so one process can be many clients to the server's per-address limits.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ CONNECT_TIMEOUT_S = 5.0
 SUBMIT_ATTEMPTS = 5
 RETRY_PAUSE_S = 0.25
 
-Outcome = Literal["accepted", "lane_full", "rate_limited", "round_closed", "refused", "unknown"]
+Outcome = Literal[
+    "accepted", "lane_full", "rate_limited", "round_closed", "overloaded", "refused", "unknown"
+]
 
 
 class ApiError(Exception):
@@ -42,6 +50,7 @@ class Submitted:
     seq: int | None = None
     retry_after_s: float = 0.0
     detail: str = ""
+    statuses: tuple[int, ...] = ()  # every answer's status, retries included
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +85,25 @@ def _code(resp: httpx.Response) -> str:
 
 
 class GameApi:
-    def __init__(self, base_url: str, *, connections: int = 64) -> None:
+    def __init__(
+        self, base_url: str, *, connections: int = 64, local_address: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.local_address = local_address
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        verify: ssl.SSLContext | bool = _tls() if base_url.startswith("https") else False
+        transport = (
+            httpx.AsyncHTTPTransport(verify=verify, limits=limits, local_address=local_address)
+            if local_address
+            else None
+        )
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            limits=limits,
             timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             trust_env=False,  # a load test talks to the server it is given, not via a proxy
-            verify=_tls() if base_url.startswith("https") else False,
+            verify=verify,
+            transport=transport,
         )
 
     async def aclose(self) -> None:
@@ -113,33 +133,51 @@ class GameApi:
 
     # -- guesses --------------------------------------------------------------------------------
 
-    async def submit(self, token: str, round_id: str, guess: list[str]) -> Submitted:
-        """POST one guess; on a lost answer retry with the same key (bounded)."""
+    async def submit(
+        self, token: str, round_id: str, guess: list[str], *, patient: bool = True
+    ) -> Submitted:
+        """POST one guess; on a lost answer retry with the same key (bounded). ``patient``:
+        pause before each retry (see the module docstring)."""
         headers = {**_bearer(token), "Idempotency-Key": uuid.uuid4().hex}
         body = {"round_id": round_id, "guess": guess}
         detail = ""
+        statuses: list[int] = []
+        pause = 0.0
+        only_overloaded = True  # every answer so far was the door's: nothing was taken
         for attempt in range(SUBMIT_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(RETRY_PAUSE_S * attempt)
+            if attempt and patient:
+                await asyncio.sleep(max(pause, RETRY_PAUSE_S * attempt))
             try:
                 resp = await self.http.post("/api/guesses", json=body, headers=headers)
             except httpx.TransportError as exc:  # the answer may be lost, not the guess
                 detail = f"{type(exc).__name__}: {exc}"
+                only_overloaded = False
                 continue
-            if resp.status_code == 202:
+            status = resp.status_code
+            statuses.append(status)
+            if status == 202:
                 out = resp.json()
-                return Submitted("accepted", out["job_id"], int(out["seq"]))
-            if resp.status_code == 429:  # lane_full or rate_limited: both say when to return
+                return Submitted("accepted", out["job_id"], int(out["seq"]), statuses=(*statuses,))
+            if status == 429:  # lane_full or rate_limited: both say when to return
                 kind: Outcome = "rate_limited" if _code(resp) == "rate_limited" else "lane_full"
-                return Submitted(kind, retry_after_s=_retry_after(resp))
-            if resp.status_code == 409 and "round_closed" in resp.text:
-                return Submitted("round_closed")
-            if resp.status_code == 503:
-                detail = "503 unavailable"
+                return Submitted(kind, retry_after_s=_retry_after(resp), statuses=(*statuses,))
+            if status == 409 and "round_closed" in resp.text:
+                return Submitted("round_closed", statuses=(*statuses,))
+            if status == 503:
+                code = _code(resp) or "unavailable"
+                detail = f"503 {code}"
+                if code == "overloaded":
+                    if not patient:
+                        return Submitted("overloaded", detail=detail, statuses=(*statuses,))
+                    pause = _retry_after(resp)
+                else:
+                    only_overloaded = False
                 continue
-            return Submitted("refused", detail=f"{resp.status_code} {resp.text[:200]}")
+            return Submitted("refused", detail=f"{status} {resp.text[:200]}", statuses=(*statuses,))
+        if only_overloaded and statuses:  # refused at the door every time: not taken
+            return Submitted("overloaded", detail=detail, statuses=(*statuses,))
         # Whether the server took it is unknown: counted apart, never as accepted.
-        return Submitted("unknown", detail=detail)
+        return Submitted("unknown", detail=detail, statuses=(*statuses,))
 
     async def guess(self, token: str, job_id: str) -> dict[str, Any] | None:
         resp = await self.http.get(f"/api/guesses/{job_id}", headers=_bearer(token))

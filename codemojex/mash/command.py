@@ -23,6 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="guesses per second per masher (default: as fast as accepted)",
     )
     parser.add_argument(
+        "--masher-in-flight",
+        type=int,
+        default=8,
+        metavar="N",
+        help="requests each masher keeps in flight, closed loops that sleep Retry-After on "
+        "429 and not on 503 (8)",
+    )
+    parser.add_argument(
+        "--masher-addresses",
+        type=int,
+        default=0,
+        metavar="K",
+        help="send the mashers' requests and sockets from K loopback addresses, 127.0.0.2 "
+        "and on, round robin, so a server on this machine sees K clients (0: the honest "
+        "players' address)",
+    )
+    parser.add_argument(
         "--chaos-kill-every",
         type=float,
         default=None,
@@ -78,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
             mashers=args.mashers,
             duration=args.duration,
             masher_rate=args.masher_rate,
+            masher_in_flight=args.masher_in_flight,
+            masher_addresses=args.masher_addresses,
             chaos_kill_every=args.chaos_kill_every,
             # From the environment rather than the command line, where ps shows it.
             admin_token=args.admin_token or os.environ.get("CODEMOJEX_ADMIN_TOKEN") or None,
@@ -110,10 +129,17 @@ def run(args: argparse.Namespace) -> int:
         raise
     console = Console(highlight=False, soft_wrap=True)
     for row in result.classes():
+        if not row["submitted"]:
+            continue
+        share = row["accepted_share"]
         console.print(
-            f"{row['class']:<7} accepted {row['accepted']:>7,} ({row['accepted_per_s']}/s)  "
-            f"refused {row['refused_429']:>6,} (rate {row['rate_limited']:,})  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
-            f"(server: p50 {row['server_p50_ms']} ms, p99 {row['server_p99_ms']} ms)"
+            f"{row['class']:<7} accepted {row['accepted']:>7,} of {row['submitted']:,} "
+            f"({100 * share:.1f} %, {row['accepted_per_s']}/s)  refused 429 "
+            f"{row['refused_429']:,} (rate {row['rate_limited']:,})  503 overloaded "
+            f"{row['overloaded_503']:,}  202→score p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms  "
+            f"send→202 p99 {row['answer_p99_ms']} ms  send→score p99 "
+            f"{row['click_to_score_p99_ms']} ms  (server: p50 {row['server_p50_ms']} ms, "
+            f"p99 {row['server_p99_ms']} ms)  answers {row['statuses']}"
         )
     v = result.verdict
     console.print(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -52,6 +53,9 @@ class Feed:
                 after = f"{ulid_time_ms(self.player.player_id) - CLOCK_MARGIN_MS}-0"
         return url if after is None else f"{url}&after={quote(after)}"
 
+    def _source(self) -> dict[str, Any]:
+        return {"local_addr": (self.player.source, 0)} if self.player.source else {}
+
     async def run(self) -> None:
         """Follow the socket until cancelled, reconnecting with back-off."""
         backoff = Backoff(*BACKOFF_S)  # jittered: a field of sockets does not return in step
@@ -63,6 +67,8 @@ class Feed:
                     close_timeout=CLOSE_TIMEOUT_S,
                     max_size=MAX_MESSAGE_BYTES,
                     compression=None,
+                    # a masher's socket comes from its own address, as its requests do
+                    **self._source(),
                 ) as ws:
                     self.connects += 1
                     backoff.reset()

@@ -69,6 +69,12 @@ class Guess:
     server_lag: float | None = None  # JOB id minted -> completion event, server clocks
     scores: list[dict[str, Any]] = field(default_factory=list)  # distinct scores seen
     messages: int = 0  # score messages seen, duplicates (replays) included
+    sent_at: float | None = None  # its first POST left this client
+
+    @property
+    def answered_in(self) -> float | None:
+        """From its first POST to its ``202`` (retries included)."""
+        return None if self.sent_at is None else max(0.0, self.accepted_at - self.sent_at)
 
     @property
     def latency(self) -> float | None:
@@ -87,6 +93,10 @@ class Ledger:
         self.round_closed: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # other refusals, per kind
         self.unknown: Counter[str] = Counter()  # no answer even after retries, per kind
+        self.overloaded: Counter[str] = Counter()  # guesses the door refused (503 overloaded)
+        self.submitted: Counter[str] = Counter()  # guesses sent, per kind (not retries)
+        # every HTTP answer to a guess, retries included, by status, per kind
+        self.statuses: dict[str, Counter[int]] = {k: Counter() for k in KINDS}
         self.scored = 0
         self.gaps: set[str] = set()  # players whose socket reported trimmed events
         # (scored_at, latency) per kind, in arrival order: the live figures read these
@@ -105,12 +115,19 @@ class Ledger:
     # -- recording ------------------------------------------------------------------------------
 
     def accept(
-        self, job_id: str, player_id: str, kind: Kind, round_id: str, seq: int, guess: list[str]
+        self,
+        job_id: str,
+        player_id: str,
+        kind: Kind,
+        round_id: str,
+        seq: int,
+        guess: list[str],
+        sent_at: float | None = None,
     ) -> Guess:
         g = self.guesses.get(job_id)
         if g is not None:
             return g  # the same job answered twice (an idempotent retry): one guess
-        g = Guess(job_id, player_id, kind, round_id, seq, guess, self.now())
+        g = Guess(job_id, player_id, kind, round_id, seq, guess, self.now(), sent_at=sent_at)
         self.guesses[job_id] = g
         self.by_kind[kind] += 1
         early = self._early.pop(job_id, None)
@@ -177,6 +194,23 @@ class Ledger:
     def latencies(self, kind: str, since: float = -1.0) -> list[float]:
         """Latencies of ``kind``'s guesses scored at or after ``since``."""
         return [lat for at, lat in self.samples[kind] if at >= since]
+
+    def answer_times(self, kind: str) -> list[float]:
+        """From each accepted guess's first POST to its ``202``."""
+        return [
+            g.answered_in
+            for g in self.guesses.values()
+            if g.kind == kind and g.answered_in is not None
+        ]
+
+    def click_to_score(self, kind: str) -> list[float]:
+        """From each scored guess's first POST to its score on the socket: what a player
+        waits for, all told."""
+        return [
+            g.scored_at - g.sent_at
+            for g in self.guesses.values()
+            if g.kind == kind and g.scored_at is not None and g.sent_at is not None
+        ]
 
     def server_lags(self, kind: str) -> list[float]:
         return [

@@ -3,9 +3,11 @@
 * **Honest**: thinks 1–3 s, guesses a code consistent with every peg seen so far
   (:class:`~codemojex.mash.solver.Solver`), waits for that guess's score on its socket,
   and after a solve waits for the next round — a person at the keyboard.
-* **Masher**: sends random guesses back to back (or at ``--masher-rate`` per second) and
-  never waits for a score; a ``429`` makes it sleep exactly ``Retry-After``, as a
-  well-behaved client must.
+* **Masher**: keeps ``--masher-in-flight`` random guesses in flight (closed loops, one
+  connection each), back to back (or at ``--masher-rate`` per second in all), and never
+  waits for a score; a ``429`` makes that loop sleep exactly ``Retry-After``, as a
+  well-behaved client must, a ``503`` does not: it sends again at once — the load that
+  finds out whether the server's door holds.
 
 Both stop submitting when ``stop`` is set; a request already sent is finished, so every
 ``202`` the server gives reaches the ledger.
@@ -36,6 +38,7 @@ class Player:
     name: str
     token: str
     kind: Kind
+    source: str | None = None  # the source address it sends from (None: the default)
 
 
 class Field:
@@ -106,11 +109,14 @@ async def _settle(
     round_id: str,
     guess: list[str],
     stop: asyncio.Event,
+    sent_at: float | None = None,
 ) -> None:
     """Book a submission's outcome and do what a client must after a refusal."""
+    ledger.submitted[player.kind] += 1
+    ledger.statuses[player.kind].update(out.statuses)
     if out.outcome == "accepted":
         assert out.job_id is not None and out.seq is not None
-        ledger.accept(out.job_id, player.player_id, player.kind, round_id, out.seq, guess)
+        ledger.accept(out.job_id, player.player_id, player.kind, round_id, out.seq, guess, sent_at)
     elif out.outcome in ("lane_full", "rate_limited"):
         ledger.refused[player.kind] += 1
         if out.outcome == "rate_limited":
@@ -119,6 +125,8 @@ async def _settle(
     elif out.outcome == "round_closed":
         ledger.round_closed[player.kind] += 1
         await field.refresh(api)
+    elif out.outcome == "overloaded":
+        ledger.overloaded[player.kind] += 1  # a masher sends again at once; honest ones retried
     elif out.outcome == "unknown":
         ledger.unknown[player.kind] += 1
         await pause(ERROR_PAUSE_S, stop)
@@ -149,8 +157,9 @@ async def play_honest(
         if field.round_id != round_id:
             continue  # the round turned while we thought: start afresh
         guess = solver.next_guess()
+        sent_at = ledger.now()
         out = await api.submit(player.token, round_id, guess)
-        await _settle(out, player, ledger, field, api, round_id, guess, stop)
+        await _settle(out, player, ledger, field, api, round_id, guess, stop, sent_at)
         if out.outcome != "accepted" or out.job_id is None:
             continue
         waiting = asyncio.ensure_future(ledger.wait_score(out.job_id, SCORE_WAIT_S))
@@ -168,8 +177,29 @@ async def play_masher(
     stop: asyncio.Event,
     rng: random.Random,
     rate: float | None = None,
+    in_flight: int = 1,
 ) -> None:
-    interval = 1.0 / rate if rate else 0.0
+    """``in_flight`` closed loops (``api`` should hold as many connections), ``rate`` guesses
+    a second between them all (None: as fast as answered)."""
+    await asyncio.gather(
+        *(
+            _mash(player, api, ledger, field, stop, random.Random(rng.getrandbits(64)), rate, n)
+            for n in [in_flight] * in_flight
+        )
+    )
+
+
+async def _mash(
+    player: Player,
+    api: GameApi,
+    ledger: Ledger,
+    field: Field,
+    stop: asyncio.Event,
+    rng: random.Random,
+    rate: float | None,
+    loops: int,
+) -> None:
+    interval = loops / rate if rate else 0.0
     due = time.monotonic()
     while not stop.is_set():
         if interval:
@@ -178,5 +208,6 @@ async def play_masher(
                 return
         round_id = field.round_id
         guess = [rng.choice(field.palette) for _ in range(field.length)]
-        out = await api.submit(player.token, round_id, guess)
-        await _settle(out, player, ledger, field, api, round_id, guess, stop)
+        sent_at = ledger.now()
+        out = await api.submit(player.token, round_id, guess, patient=False)
+        await _settle(out, player, ledger, field, api, round_id, guess, stop, sent_at)

@@ -47,6 +47,7 @@ class ProgressView:
             "scored",
             "in flight",
             "refused 429",
+            "503 overloaded",
             "round closed",
             "p50 ms",
             "p99 ms",
@@ -62,6 +63,7 @@ class ProgressView:
                 f"{scored:,}",
                 f"{led.by_kind[kind] - scored:,}",
                 f"{led.refused[kind]:,}",
+                f"{led.overloaded[kind]:,}",
                 f"{led.round_closed[kind]:,}",
                 _ms(percentile(lat, 50)),
                 _ms(percentile(lat, 99)),
@@ -81,6 +83,7 @@ class ProgressView:
             f"scored {led.scored}",
             f"in flight {led.in_flight}",
             f"refused {sum(led.refused.values())}",
+            f"overloaded {sum(led.overloaded.values())}",
             f"kills {self.kills()}",
         ]
         for kind in KINDS:

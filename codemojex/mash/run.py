@@ -28,7 +28,7 @@ from codemojex.mash.chaos import Kill, run_chaos, settle
 from codemojex.mash.feed import Feed
 from codemojex.mash.ledger import KINDS, Ledger, percentile
 from codemojex.mash.monitor import QueueSample, watch_queue
-from codemojex.mash.options import MashOptions
+from codemojex.mash.options import MashOptions, masher_address
 from codemojex.mash.players import Field, Player, play_honest, play_masher
 from codemojex.mash.progress import ProgressView
 from codemojex.mash.verdict import Verdict, judge
@@ -52,6 +52,7 @@ class MashResult:
     load_s: float  # how long submissions actually ran
     drain_s: float  # from the end of the load until the last score arrived (or the timeout)
     sockets: dict[str, int] = field(default_factory=dict)
+    load_started_at: float = 0.0  # the load's start, seconds since the epoch
 
     @property
     def exit_code(self) -> int:
@@ -62,15 +63,26 @@ class MashResult:
         led = self.ledger
         for kind in KINDS:
             lat = led.latencies(kind)
+            sent = led.submitted[kind]
+            clicks = led.click_to_score(kind)
+            answers = led.answer_times(kind)
             out.append(
                 {
                     "class": kind,
+                    "submitted": sent,
                     "accepted": led.by_kind[kind],
+                    "accepted_share": round(led.by_kind[kind] / sent, 4) if sent else None,
                     "scored": len(lat),
                     "refused_429": led.refused[kind],
                     "rate_limited": led.rate_limited[kind],
+                    "overloaded_503": led.overloaded[kind],
                     "round_closed": led.round_closed[kind],
                     "unknown": led.unknown[kind],
+                    "statuses": {str(k): v for k, v in sorted(led.statuses[kind].items())},
+                    "answer_p50_ms": _ms(percentile(answers, 50)),
+                    "answer_p99_ms": _ms(percentile(answers, 99)),
+                    "click_to_score_p50_ms": _ms(percentile(clicks, 50)),
+                    "click_to_score_p99_ms": _ms(percentile(clicks, 99)),
                     "accepted_per_s": round(led.by_kind[kind] / self.load_s, 1),
                     "p50_ms": _ms(percentile(lat, 50)),
                     "p90_ms": _ms(percentile(lat, 90)),
@@ -88,6 +100,7 @@ class MashResult:
             "scored": self.ledger.scored,
             "accepted_per_s": round(self.ledger.accepted / self.load_s, 1),
             "load_s": round(self.load_s, 2),
+            "load_started_at": round(self.load_started_at, 3),
             "drain_s": round(self.drain_s, 2),
             "classes": self.classes(),
             "sockets": self.sockets,
@@ -125,15 +138,23 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
-async def _signup(api: GameApi, options: MashOptions) -> list[Player]:
+async def _signup(
+    api: GameApi, options: MashOptions, masher_apis: dict[int, GameApi]
+) -> list[Player]:
+    """Every player, each masher from its own source address (so the server charges its
+    new-player bucket there, as it would a real client's)."""
     tag = secrets.token_hex(3)  # tells this run's players from earlier runs' on the board
     gate = asyncio.Semaphore(SIGNUP_CONCURRENCY)
 
     async def one(kind: str, i: int) -> Player:
         async with gate:
             name = f"{options.name_prefix[:16]}-{tag}-{kind[0]}{i}"
-            p = await api.create_player(name)
-            return Player(p.player_id, p.name, p.token, "honest" if kind == "honest" else "masher")
+            if kind == "honest":
+                p = await api.create_player(name)
+                return Player(p.player_id, p.name, p.token, "honest")
+            own = masher_apis[i]
+            p = await own.create_player(name)
+            return Player(p.player_id, p.name, p.token, "masher", own.local_address)
 
     return list(
         await asyncio.gather(
@@ -158,8 +179,10 @@ class _Run:
         self.kills: list[Kill] = []
         self.samples: list[QueueSample] = []
         self.phase = "set-up"
+        self.load_started_at = 0.0  # the load's start, on the wall clock (other tools align)
         self.background: list[asyncio.Task[None]] = []
         self.feeds: list[Feed] = []
+        self.masher_apis: list[GameApi] = []  # one each, built before sign-up
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
@@ -177,15 +200,24 @@ class _Run:
         for task in self.background[:feeds]:
             task.cancel()
         await asyncio.gather(*self.background[:feeds], return_exceptions=True)
-        clients = [*self.player_apis.values(), self.api]
-        await asyncio.gather(*(api.aclose() for api in clients))
+        clients = {id(a): a for a in (*self.player_apis.values(), *self.masher_apis, self.api)}
+        await asyncio.gather(*(api.aclose() for api in clients.values()))
 
     async def execute(self) -> MashResult:
         opts, led = self.options, self.ledger
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         async with asyncio.timeout(SETUP_TIMEOUT_S):
             field_ = Field(await self.api.current_round())
-            players = await _signup(self.api, opts)
+            masher_apis = {
+                i: GameApi(
+                    opts.url,
+                    connections=opts.masher_in_flight,
+                    local_address=masher_address(i, opts.masher_addresses),
+                )
+                for i in range(opts.mashers)
+            }
+            self.masher_apis = list(masher_apis.values())
+            players = await _signup(self.api, opts, masher_apis)
             self.feeds = [Feed(self.api.ws_url, p, led, field_) for p in players]
             for feed in self.feeds:
                 self.spawn(feed.run(), f"feed-{feed.player.name}")
@@ -207,13 +239,18 @@ class _Run:
             )
         master = random.Random(opts.seed)
         playing = []
+        mashers = iter(self.masher_apis)
+        self.load_started_at = time.time()
         for p in players:
             rng = random.Random(master.getrandbits(64))
-            api = self.player_apis[p.player_id] = GameApi(opts.url, connections=1)
             if p.kind == "honest":
+                api = self.player_apis[p.player_id] = GameApi(opts.url, connections=1)
                 coro = play_honest(p, api, led, field_, self.stop, rng, opts.think_s)
             else:
-                coro = play_masher(p, api, led, field_, self.stop, rng, opts.masher_rate)
+                api = self.player_apis[p.player_id] = next(mashers)
+                coro = play_masher(
+                    p, api, led, field_, self.stop, rng, opts.masher_rate, opts.masher_in_flight
+                )
             playing.append(self.spawn(coro, f"play-{p.name}"))
 
         await asyncio.sleep(opts.duration)
@@ -242,7 +279,16 @@ class _Run:
             "unsolicited_scores": led.unsolicited,
         }
         return MashResult(
-            opts, verdict, led, self.kills, self.samples, started_at, load_s, drain_s, sockets
+            opts,
+            verdict,
+            led,
+            self.kills,
+            self.samples,
+            started_at,
+            load_s,
+            drain_s,
+            sockets,
+            self.load_started_at,
         )
 
 

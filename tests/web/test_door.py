@@ -88,17 +88,22 @@ async def _guess(s: Served, token: str, round_id: str, key: str | None = None) -
 async def test_a_flood_past_the_bound_is_overloaded_while_a_light_player_is_served(
     configure: Any,
 ) -> None:
-    # A bound of 2 and a wait of 0.3 s: 300 guesses at once from one player are more than
+    # A bound of 2 and a wait of 0.1 s: 300 guesses at once from one player are more than
     # the process works through in that time.
     config = configure(
-        door_in_flight=2, door_wait_ms=300, address_in_flight=0, guess_rate=0, lane_cap=0
+        door_in_flight=2, door_wait_ms=100, address_in_flight=0, guess_rate=0, lane_cap=0
     )
     async with serve(config) as s:
         masher, honest = await s.new_player("Masher"), await s.new_player("Honest")
         round_id = (await s.current_round())["round_id"]
         for _ in range(3):  # the masher has a recent rate before the flood
             assert (await _guess(s, masher["token"], round_id)).status_code == 202
-        flood = [asyncio.create_task(_guess(s, masher["token"], round_id)) for _ in range(300)]
+        # 300 connections first, then every request at once.
+        conns = [await asyncio.open_connection("127.0.0.1", s.port) for _ in range(300)]
+        flood = [
+            asyncio.create_task(_raw_guess(reader, writer, masher["token"], round_id))
+            for reader, writer in conns
+        ]
         gate = s.app.state.door
         async with asyncio.timeout(10):
             while gate.waiting < 50:
@@ -106,16 +111,37 @@ async def test_a_flood_past_the_bound_is_overloaded_while_a_light_player_is_serv
         light = await _guess(s, honest["token"], round_id)
         answers = await asyncio.gather(*flood)
     assert light.status_code == 202, light.text
-    statuses = Counter(r.status_code for r in answers)
+    statuses = Counter(status for status, _, _ in answers)
     assert set(statuses) <= {202, 503}, statuses
     assert statuses[503] > 0 and statuses[202] > 0, statuses
-    for r in answers:
-        if r.status_code == 503:
-            body = assert_error(r, 503, "overloaded")
-            assert r.headers["Retry-After"] == "1"
-            assert "busy" in body["detail"]
+    for status, headers, body in answers:
+        if status == 503:
+            assert body["error"] == "overloaded" and "busy" in body["detail"], body
+            assert headers["retry-after"] == "1", headers
     assert gate.counts["shed_wait"] + gate.counts["shed_full"] == statuses[503]
     assert (gate.working, gate.waiting) == (0, 0)
+
+
+async def _raw_guess(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str, round_id: str
+) -> tuple[int, dict[str, str], Any]:
+    """One guess over a connection of its own: (status, headers, body)."""
+    import orjson
+
+    body = orjson.dumps({"round_id": round_id, "guess": GUESS})
+    writer.write(
+        b"POST /api/guesses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    status = int((await reader.readline()).split()[1])
+    headers: dict[str, str] = {}
+    while (line := await reader.readline()) != b"\r\n":
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    payload = orjson.loads(await reader.readexactly(int(headers["content-length"])))
+    writer.close()
+    return status, headers, payload
 
 
 async def test_the_valkey_pool_waits_for_a_connection_instead_of_failing(
@@ -256,3 +282,40 @@ async def test_an_ipv6_64_is_one_address_behind_a_trusted_proxy(configure: Any) 
         assert await new_player("2001:db8:7:1:ffff::3") == 429
         assert await new_player("2001:db8:7:2::1") == 201  # the next /64 has its own
         assert await new_player("198.51.100.9") == 201
+
+
+async def test_mash_sends_from_its_masher_addresses_and_sleeps_only_on_429(
+    configure: Any, worker: Any
+) -> None:
+    from codemojex.mash import MashOptions, run_mash
+
+    config = configure(guess_rate=4, guess_burst=2)
+    async with serve(config) as s:
+        result = await run_mash(
+            MashOptions(
+                url=s.base,
+                players=1,
+                mashers=4,
+                masher_in_flight=3,
+                masher_addresses=2,
+                duration=2.5,
+                drain_timeout=20,
+                think_s=(0.2, 0.4),
+                progress=False,
+                seed=3,
+            )
+        )
+        seen = set(s.app.state.door.addresses._counts)
+    assert result.verdict.ok, (result.verdict.line(), result.verdict.problems)
+    # Two masher addresses beside the honest player's: the server told them apart.
+    assert {"127.0.0.1", "127.0.0.2", "127.0.0.3"} <= seen, seen
+    led = result.ledger
+    assert led.statuses["masher"][429] > 0  # over their rate, told so ...
+    # ... and each loop slept its Retry-After (>= 1 s) after each: at most the accepted
+    # (4 mashers, 4 a second after a burst of 2) and one refusal per loop and second, where
+    # loops that did not sleep would have been refused thousands of times.
+    accepted_at_most = 4 * (2 + 4 * 3)
+    assert led.by_kind["masher"] <= accepted_at_most, led.by_kind
+    assert led.submitted["masher"] <= accepted_at_most + 12 * 4, led.submitted
+    [masher] = [c for c in result.classes() if c["class"] == "masher"]
+    assert masher["accepted_share"] is not None and masher["statuses"]["429"] > 0
