@@ -1,0 +1,672 @@
+"""The door under mashers: honest players' latency and share accepted, alone and beside
+closed-loop mashers, and what a refusal costs the web; prints figures, asserts nothing.
+
+    uv run python -m bench.bench_door [--rows 0:0,10:1,20:1,50:1,200:20] [--duration 10]
+        [--players 100] [--honest-rate 30] [--masher-in-flight 8] [--up-arg=--workers=2]
+        [--json OUT]
+
+Starts one ``codemojex up`` (defaults: embedded Valkey, SQLite, 2 workers; rounds of an
+hour, so none closes mid-row), creates the honest players from 127.0.0.1 and opens a socket
+each, then runs every row of ``--rows`` (``mashers:addresses``) on the same server:
+
+* **honest load**, from this process: ``--honest-rate`` guesses a second in all, open loop
+  (Poisson send times, each to a random player with nothing in flight), one attempt each;
+  per guess the send, the answer and its score on the owner's socket are timestamped;
+* **mashers**, from a ``codemojex mash --players 0 --mashers N --masher-addresses K``
+  child process (so their client work never delays the honest players' timestamps): closed
+  loops, ``--masher-in-flight`` requests each, sleeping ``Retry-After`` on 429 and not on
+  503, from 127.0.0.2 … 127.0.0.K+1; their results file says when their load ran, and the
+  honest figures of the row are those sent in that window. Row ``0:0`` is the honest
+  players alone, and every ratio is to it, from the same run.
+
+Then the **cost of an answer** to the web process (its CPU from ``/proc/<pid>/stat``,
+user + system, over a burst of each kind, idle CPU of the same length subtracted): an
+accepted guess (players at an honest pace), a ``429`` the bucket mirror answers without
+Valkey (a player over its rate that ignores ``Retry-After``), and a ``503 overloaded`` at
+the per-address bound (requests from an address whose bound is held by slow requests).
+
+Per row: honest send→score and send→202 p50/p99 (and their ratio to alone), honest guesses
+accepted (of those sent), honest non-202 answers, the mashers' answers by status, the web's
+share of a core, and the mash child's verdict line (every accepted guess scored once). The
+machine is shared: figures are only as quiet as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from websockets.asyncio.client import ClientConnection, connect
+
+from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_seconds
+from tests.cli.running import Up, cmdline
+
+ROWS = "0:0,10:1,20:1,50:1,200:20"
+ROUND_SECONDS = 3600
+CPU_SAMPLE_S = 0.1
+SETTLE_S = 2.0  # quiet between rows: the last backlog scores, sockets settle
+
+
+@dataclass
+class Options:
+    rows: list[tuple[int, int]] = field(default_factory=lambda: parse_rows(ROWS))
+    duration: float = 10.0
+    players: int = 100
+    honest_rate: float = 30.0
+    masher_in_flight: int = 8
+    up_args: list[str] = field(default_factory=list)
+    cost_requests: int = 600
+    progress: bool = True
+    seed: int = 7
+    door_slots: int = 16  # the web's --door-in-flight (the cost of a 503 fills them)
+    json: Path | None = None
+
+
+def parse_rows(text: str) -> list[tuple[int, int]]:
+    rows = []
+    for part in text.split(","):
+        mashers, _, addresses = part.strip().partition(":")
+        rows.append((int(mashers), int(addresses or "1") if int(mashers) else 0))
+    return rows
+
+
+# -- honest players ---------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    player: int
+    sent: float
+    answered: float | None = None
+    status: int | None = None
+    code: str = ""
+    job_id: str | None = None
+
+
+class Honest:
+    """The honest players: one socket each (scores timestamped on arrival) and a light HTTP
+    client; one guess in flight per player at most, one attempt per guess."""
+
+    def __init__(self, base: str, players: int, rng: random.Random) -> None:
+        self.base = base
+        self.n = players
+        self.rng = rng
+        self.http = httpx.AsyncClient(
+            base_url=base,
+            timeout=httpx.Timeout(30, connect=5),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            trust_env=False,
+        )
+        self.tokens: list[str] = []
+        self.sockets: list[ClientConnection] = []
+        self.readers: list[asyncio.Task[None]] = []
+        self.busy: set[int] = set()
+        self.sent: list[Sent] = []
+        self.scores: dict[str, list[float]] = {}  # job id -> arrival times on its socket
+        self.wrong_socket = 0
+        self.round_id = ""
+        self.palette: list[str] = []
+        self.length = 4
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def setup(self) -> None:
+        rnd = (await self.http.get("/api/round")).json()
+        self.round_id, self.palette, self.length = rnd["round_id"], rnd["palette"], rnd["length"]
+        for i in range(self.n):
+            r = await self.http.post("/api/players", json={"name": f"honest-{i}"})
+            r.raise_for_status()
+            self.tokens.append(r.json()["token"])
+        ws = "ws" + self.base.removeprefix("http")
+        for i, token in enumerate(self.tokens):
+            sock = await connect(
+                f"{ws}/ws?token={quote(token)}", compression=None, max_size=1 << 24
+            )
+            self.sockets.append(sock)
+            self.readers.append(asyncio.create_task(self._read(i, sock)))
+
+    async def _read(self, player: int, sock: ClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            async for raw in sock:
+                data = raw if isinstance(raw, bytes) else raw.encode()
+                if b'"type":"score"' not in data:
+                    continue  # progress, leaderboard: not parsed
+                at = time.monotonic()
+                msg = orjson.loads(data)
+                self.scores.setdefault(str(msg.get("job_id")), []).append(at)
+
+    def start_one(self) -> bool:
+        idle = [i for i in range(self.n) if i not in self.busy]
+        if not idle:
+            return False
+        player = self.rng.choice(idle)
+        self.busy.add(player)
+        task = asyncio.create_task(self._guess(player))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    async def _guess(self, player: int) -> None:
+        s = Sent(player, time.monotonic())
+        self.sent.append(s)
+        guess = [self.rng.choice(self.palette) for _ in range(self.length)]
+        try:
+            r = await self.http.post(
+                "/api/guesses",
+                json={"round_id": self.round_id, "guess": guess},
+                headers={
+                    "Authorization": f"Bearer {self.tokens[player]}",
+                    "Idempotency-Key": uuid.uuid4().hex,
+                },
+            )
+            s.answered, s.status = time.monotonic(), r.status_code
+            if r.status_code == 202:
+                s.job_id = r.json()["job_id"]
+            else:
+                with contextlib.suppress(ValueError):
+                    s.code = str(r.json().get("error", ""))
+        except httpx.HTTPError as exc:
+            s.code = type(exc).__name__
+        finally:
+            self.busy.discard(player)
+
+    async def run_until(self, rate: float, done: asyncio.Future[Any] | float) -> None:
+        """Offer ``rate`` guesses a second until ``done`` (a future, or a monotonic time)."""
+        due = time.monotonic()
+        while True:
+            if isinstance(done, float):
+                if time.monotonic() >= done:
+                    break
+            elif done.done():
+                break
+            due += self.rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            self.start_one()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=30)
+
+    async def close(self) -> None:
+        for sock in self.sockets:
+            with contextlib.suppress(Exception):
+                await sock.close()
+        for task in self.readers:
+            task.cancel()
+        await asyncio.gather(*self.readers, return_exceptions=True)
+        await self.http.aclose()
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q / 100 * len(xs) + 0.5) - 1))]
+
+
+def honest_figures(h: Honest, t0: float, t1: float) -> dict[str, Any]:
+    """The honest guesses sent in [t0, t1) (monotonic)."""
+    window = [s for s in h.sent if t0 <= s.sent < t1]
+    accepted = [s for s in window if s.status == 202]
+    answer = [(s.answered or 0) - s.sent for s in accepted]
+    to_score, unscored, doubled = [], 0, 0
+    for s in accepted:
+        arrivals = h.scores.get(str(s.job_id), [])
+        if not arrivals:
+            unscored += 1
+            continue
+        doubled += len(arrivals) > 1
+        to_score.append(max(arrivals[0], s.answered or 0) - s.sent)
+    others = Counter(f"{s.status or '-'} {s.code}".strip() for s in window if s.status != 202)
+    return {
+        "sent": len(window),
+        "accepted": len(accepted),
+        "accepted_share": len(accepted) / len(window) if window else None,
+        "not_accepted": dict(others),
+        "unscored": unscored,
+        "doubled": doubled,
+        "send_to_202_ms": {"p50": _ms(pct(answer, 50)), "p99": _ms(pct(answer, 99))},
+        "send_to_score_ms": {"p50": _ms(pct(to_score, 50)), "p99": _ms(pct(to_score, 99))},
+    }
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1000, 1)
+
+
+# -- CPU of the game's processes ---------------------------------------------------------------
+
+
+class CpuTrace:
+    """Every process's CPU seconds (and its main thread's wait for a CPU, ``@wait``)
+    sampled every :data:`CPU_SAMPLE_S`, to read any window. ``mash`` (the masher child)
+    and ``bench`` (this process) are in it too."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        import os
+
+        self.pids = {**pids, "bench": os.getpid()}
+        self.samples: list[tuple[float, dict[str, float]]] = []
+
+    def sample(self) -> None:
+        cpu: dict[str, float] = {}
+        for role, pid in self.pids.items():
+            cpu[role] = proc_cpu_seconds(pid) or 0.0
+            cpu[f"{role}@wait"] = proc_runqueue_wait_seconds(pid) or 0.0
+        self.samples.append((time.monotonic(), cpu))
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(CPU_SAMPLE_S)
+
+    def over(self, t0: float, t1: float) -> dict[str, float]:
+        """Cores each role used on average over [t0, t1]."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return {}
+        (a, ca), (b, cb) = inside[0], inside[-1]
+        return {role: round((cb[role] - ca[role]) / (b - a), 3) for role in ca if role in cb}
+
+
+def game_pids(up: Up) -> dict[str, int]:
+    out: dict[str, int] = {}
+    workers = 0
+    for pid in sorted(up.track()):
+        line = cmdline(pid)
+        if "codemojex web" in line:
+            out["web"] = pid
+        elif "valkey-server" in line:
+            out["valkey"] = pid
+        elif "worker" in line and "python" in line:
+            workers += 1
+            out[f"worker{workers}"] = pid
+    return out
+
+
+# -- rows ----------------------------------------------------------------------------------------
+
+
+async def masher_row(
+    up: Up,
+    honest: Honest,
+    opts: Options,
+    cpu: CpuTrace,
+    mashers: int,
+    addresses: int,
+    out_dir: Path,
+) -> dict[str, Any]:
+    report = out_dir / f"mash-{mashers}-{addresses}"
+    argv = [
+        *(sys.executable, "-m", "codemojex", "mash", "--url", up.base),
+        *("--players", "0", "--mashers", str(mashers)),
+        *("--masher-addresses", str(addresses), "--masher-in-flight", str(opts.masher_in_flight)),
+        *("--duration", str(opts.duration), "--drain-timeout", "60", "--no-progress"),
+        *("--seed", str(opts.seed), "--report", str(report)),
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    cpu.pids["mash"] = proc.pid
+    waited = asyncio.ensure_future(proc.communicate())
+    await honest.run_until(opts.honest_rate, waited)
+    stdout, stderr = await waited
+    text = stdout.decode(errors="replace").strip()
+    results = orjson.loads((report / "results.json").read_bytes())
+    summary = results["summary"]
+    # The child's load window on the wall clock, on this process's monotonic clock.
+    start = summary["load_started_at"] - time.time() + time.monotonic()
+    masher = next(c for c in summary["classes"] if c["class"] == "masher")
+    return {
+        "window": (start, start + summary["load_s"]),
+        "mashers": {
+            "submitted": masher["submitted"],
+            "accepted": masher["accepted"],
+            "statuses": masher["statuses"],
+            "overloaded": masher["overloaded_503"],
+            "rate_limited": masher["rate_limited"],
+        },
+        "verdict": text.splitlines()[-1] if text else stderr.decode(errors="replace")[-300:],
+        "exit": proc.returncode,
+    }
+
+
+async def run_rows(
+    up: Up, honest: Honest, opts: Options, cpu: CpuTrace, out_dir: Path
+) -> list[dict[str, Any]]:
+    rows = []
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+        TimeElapsedColumn(),
+        disable=not opts.progress,
+        transient=False,
+    )
+    with progress:
+        bar = progress.add_task("rows", total=len(opts.rows))
+        for mashers, addresses in opts.rows:
+            label = f"{mashers} mashers from {addresses} address(es)" if mashers else "alone"
+            progress.update(bar, description=f"row: {label}")
+            if mashers:
+                row = await masher_row(up, honest, opts, cpu, mashers, addresses, out_dir)
+            else:
+                t0 = time.monotonic()
+                await honest.run_until(opts.honest_rate, t0 + opts.duration)
+                row = {
+                    "window": (t0, t0 + opts.duration),
+                    "mashers": None,
+                    "verdict": "",
+                    "exit": 0,
+                }
+            await asyncio.sleep(SETTLE_S)  # the window's last scores arrive
+            t0, t1 = row.pop("window")
+            row |= {
+                "mashers_n": mashers,
+                "addresses": addresses,
+                "honest": honest_figures(honest, t0, t1),
+                "cores": cpu.over(t0, t1),
+            }
+            cpu.pids.pop("mash", None)
+            rows.append(row)
+            progress.advance(bar)
+    return rows
+
+
+# -- the cost of an answer -------------------------------------------------------------------------
+
+
+async def _web_cpu(up: Up, pid: int, burst: Any) -> tuple[float, float]:
+    """(web CPU seconds, wall seconds) of ``await burst()``."""
+    c0, t0 = proc_cpu_seconds(pid) or 0.0, time.monotonic()
+    await burst()
+    return (proc_cpu_seconds(pid) or 0.0) - c0, time.monotonic() - t0
+
+
+async def costs(up: Up, honest: Honest, pid: int, n: int, door_slots: int) -> dict[str, Any]:
+    """Web CPU per answer of each kind, the web's idle CPU over as long subtracted."""
+
+    async def idle_rate() -> float:
+        cpu, wall = await _web_cpu(up, pid, lambda: asyncio.sleep(2.0))
+        return cpu / wall
+
+    idle = await idle_rate()
+    out: dict[str, Any] = {"idle_cores": round(idle, 4)}
+    async with httpx.AsyncClient(
+        base_url=up.base,
+        trust_env=False,
+        timeout=30,
+        limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+    ) as http:
+        # Accepted: fresh players guessing at 2 a second each (well inside their rate).
+        tokens = [
+            (await http.post("/api/players", json={"name": f"cost-{i}"})).json()["token"]
+            for i in range(50)
+        ]
+        body = {"round_id": honest.round_id, "guess": honest.palette[: honest.length]}
+
+        async def guess(token: str) -> int:
+            r = await http.post(
+                "/api/guesses", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+            return r.status_code
+
+        statuses: Counter[int] = Counter()
+
+        async def accepted_burst() -> None:
+            per_player = max(1, n // len(tokens))
+            for _ in range(per_player):
+                statuses.update(await asyncio.gather(*(guess(t) for t in tokens)))
+                await asyncio.sleep(0.5)
+
+        cpu, wall = await _web_cpu(up, pid, accepted_burst)
+        out["accepted"] = _cost(cpu - idle * wall, statuses[202], statuses)
+        await asyncio.sleep(1.0)
+        # Refused by the bucket mirror: one player over its rate, ignoring Retry-After.
+        token = tokens[0]
+        statuses = Counter()
+
+        async def refused_burst() -> None:
+            for _ in range(25):  # the burst spends the bucket; the rest are refusals
+                statuses[await guess(token)] += 1
+            for _ in range(n // 8):
+                statuses.update(await asyncio.gather(*(guess(token) for _ in range(8))))
+
+        cpu, wall = await _web_cpu(up, pid, refused_burst)
+        out["refused_429"] = _cost(cpu - idle * wall, statuses[429], statuses)
+    # Shed from the door's queue: slow requests hold every slot, so requests from another
+    # address wait --door-wait-ms in the queue and are answered 503 overloaded.
+    out["overloaded_503"] = await _queue_refusals(up, pid, idle, n, door_slots)
+    return out
+
+
+async def _queue_refusals(up: Up, pid: int, idle: float, n: int, slots: int) -> dict[str, Any]:
+    held = []
+    for i in range(slots):  # bodies that never come, each holding a slot until the deadline
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", up.port, local_addr=(f"127.0.0.{200 + i % 50}", 0)
+        )
+        writer.write(b"POST /api/players HTTP/1.1\r\nHost: x\r\nContent-Length: 64\r\n\r\n")
+        held.append(writer)
+    await asyncio.sleep(0.3)
+    statuses: Counter[int] = Counter()
+    wave = 48  # under --address-in-flight's default, so only the queue refuses them
+    async with httpx.AsyncClient(
+        base_url=up.base,
+        trust_env=False,
+        timeout=30,
+        limits=httpx.Limits(max_connections=wave, max_keepalive_connections=wave),
+    ) as http:
+
+        async def burst() -> None:
+            # waves of `wave` requests, each shed after the wait, within the slow requests'
+            # deadline (5 s)
+            for _ in range(min(max(1, n // wave), 7)):
+                got = await asyncio.gather(*(http.get("/api/round") for _ in range(wave)))
+                statuses.update(r.status_code for r in got)
+
+        cpu, wall = await _web_cpu(up, pid, burst)
+    for writer in held:
+        writer.close()
+    return _cost(cpu - idle * wall, statuses[503], statuses)
+
+
+def _cost(cpu_s: float, count: int, statuses: Counter[int]) -> dict[str, Any]:
+    return {
+        "count": count,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "web_cpu_ms_each": round(max(0.0, cpu_s) * 1000 / count, 3) if count else None,
+    }
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _f(x: Any, unit: str = "") -> str:
+    return "—" if x is None else f"{x:,}{unit}"
+
+
+def _cores(c: dict[str, float]) -> str:
+    game = sum(v for k, v in c.items() if "@" not in k and k not in ("mash", "bench"))
+    mash = f"{c['mash']:.2f}" if "mash" in c else "—"
+    return f"{c.get('web', 0):.2f} / {game:.2f} / {mash}"
+
+
+def print_tables(result: dict[str, Any], console: Console) -> None:
+    rows = result["rows"]
+    alone = next((r for r in rows if not r["mashers_n"]), None)
+    base = alone["honest"]["send_to_score_ms"]["p99"] if alone else None
+    base_202 = alone["honest"]["send_to_202_ms"]["p99"] if alone else None
+    t = Table(
+        title="Honest players beside mashers (ratios to the honest players alone, same run)",
+        title_justify="left",
+    )
+    for col in (
+        "mashers",
+        "honest send→score p50 / p99 ms",
+        "× alone",
+        "honest send→202 p99 ms",
+        "× alone",
+        "honest accepted",
+        "honest other answers",
+        "what the mashers were told",
+        "cores: web / game / mash",
+        "web waited for a CPU",
+        "mash verdict",
+    ):
+        t.add_column(
+            col,
+            justify="left"
+            if col
+            in ("mashers", "mash verdict", "what the mashers were told", "honest other answers")
+            else "right",
+        )
+    for r in rows:
+        h = r["honest"]
+        p99 = h["send_to_score_ms"]["p99"]
+        p99_202 = h["send_to_202_ms"]["p99"]
+        share = h["accepted_share"]
+        m = r["mashers"]
+        told = ", ".join(f"{v:,} × {k}" for k, v in m["statuses"].items()) if m else "—"
+        verdict = r["verdict"].split(", kills")[0] if r["verdict"] else ""
+        t.add_row(
+            f"{r['mashers_n']} ({r['addresses']} address{'es' if r['addresses'] != 1 else ''})"
+            if r["mashers_n"]
+            else "none (alone)",
+            f"{_f(h['send_to_score_ms']['p50'])} / {_f(p99)}",
+            f"{p99 / base:.1f}×" if p99 and base else "—",
+            _f(p99_202),
+            f"{p99_202 / base_202:.1f}×" if p99_202 and base_202 else "—",
+            f"{h['accepted']:,} of {h['sent']:,} ({100 * share:.1f} %)"
+            if share is not None
+            else "—",
+            ", ".join(f"{v} × {k}" for k, v in h["not_accepted"].items()) or "none",
+            told,
+            _cores(r["cores"]),
+            _f(round(100 * r["cores"].get("web@wait", 0), 1), " %"),
+            verdict + ("" if r["exit"] == 0 else f" (exit {r['exit']})"),
+        )
+    console.print(t)
+    c = result["costs"]
+    t = Table(
+        title="What an answer costs the web process (CPU from /proc, idle subtracted)",
+        title_justify="left",
+    )
+    for col in ("answer", "count", "web CPU ms each", "of an accepted guess", "statuses"):
+        t.add_column(col, justify="left" if col in ("answer", "statuses") else "right")
+    acc = c["accepted"]["web_cpu_ms_each"]
+    for name, label in (
+        ("accepted", "202 accepted guess"),
+        ("refused_429", "429 rate_limited, from the bucket mirror (no Valkey)"),
+        ("overloaded_503", "503 overloaded, shed from the door's queue"),
+    ):
+        each = c[name]["web_cpu_ms_each"]
+        t.add_row(
+            label,
+            f"{c[name]['count']:,}",
+            _f(each),
+            f"{each / acc:.2f}" if each is not None and acc else "—",
+            str(c[name]["statuses"]),
+        )
+    console.print(t)
+    m = result["machine"]
+    console.print(
+        f"web idle {c['idle_cores']} cores · machine: {m.get('cpu', '?')}, "
+        f"{m.get('cores', '?')} cores, shared · {len(rows)} rows of "
+        f"{result['options']['duration']} s on one `codemojex up`"
+    )
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+async def measure(opts: Options, up: Up, out_dir: Path) -> dict[str, Any]:
+    rng = random.Random(opts.seed)
+    honest = Honest(up.base, opts.players, rng)
+    await honest.setup()
+    pids = game_pids(up)
+    cpu = CpuTrace(pids)
+    tracer = asyncio.create_task(cpu.run())
+    try:
+        rows = await run_rows(up, honest, opts, cpu, out_dir)
+        cost = await costs(up, honest, pids["web"], opts.cost_requests, opts.door_slots)
+    finally:
+        tracer.cancel()
+        await honest.close()
+    return {"rows": rows, "costs": cost}
+
+
+def parse(argv: list[str] | None = None) -> Options:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default=ROWS, help=f"mashers:addresses,… ({ROWS})")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per row (10)")
+    p.add_argument("--players", type=int, default=100, help="honest players (100)")
+    p.add_argument("--honest-rate", type=float, default=30.0, help="honest guesses a second (30)")
+    p.add_argument("--masher-in-flight", type=int, default=8, help="requests per masher (8)")
+    p.add_argument(
+        "--up-arg",
+        action="append",
+        default=[],
+        help="an extra `up` flag, e.g. --up-arg=--door-in-flight=32",
+    )
+    p.add_argument("--cost-requests", type=int, default=600, help="answers per cost burst (600)")
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    opts = Options(
+        rows=parse_rows(a.rows),
+        duration=a.duration,
+        players=a.players,
+        honest_rate=a.honest_rate,
+        masher_in_flight=a.masher_in_flight,
+        up_args=a.up_arg,
+        cost_requests=a.cost_requests,
+        progress=not a.no_progress,
+        door_slots=_door_slots(a.up_arg),
+        json=a.json,
+    )
+    return opts
+
+
+def _door_slots(up_args: list[str]) -> int:
+    for arg in up_args:
+        if arg.startswith("--door-in-flight="):
+            return int(arg.split("=", 1)[1])
+    return 16
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    console = Console(highlight=False, width=200)
+    with tempfile.TemporaryDirectory(prefix="bench-door-") as tmp:
+        up = Up(Path(tmp) / "data", "--round-seconds", str(ROUND_SECONDS), *opts.up_args)
+        try:
+            up.start().wait_ready(60)
+            result = asyncio.run(measure(opts, up, Path(tmp)))
+        finally:
+            with contextlib.suppress(Exception):
+                up.stop()
+            up.kill_everything()
+    result |= {"options": asdict(opts), "machine": machine()}
+    print_tables(result, console)
+    if opts.json is not None:
+        opts.json.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
