@@ -60,6 +60,7 @@ CLOSE_TRY_AGAIN_LATER = status.WS_1013_TRY_AGAIN_LATER  # the backend failed us;
 BACKEND_TIMEOUT_S = 5.0
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
 CLOSE_TIMEOUT_S = 2.0  # a socket too slow to take our close frame is simply dropped
+DRAIN_POLL_S = 0.01
 
 
 class _Done(Exception):
@@ -212,9 +213,17 @@ async def _greet(
             conn.send_now(Outgoing.of({"type": "gap"}))
         for item in replay or ():
             conn.send_now(item)
+            await _drained(conn)
     progress = await services.hub.progress_snapshot(info.round_id)
     if progress is not None:
         conn.send_now(progress)
+
+
+async def _drained(conn: Connection) -> None:
+    """Let a slow reader take a long replay instead of evicting it for what the greeting
+    itself wrote (the hub's frames wait in the connection until the greeting is done)."""
+    while conn.sink.buffered() > conn.limit // 2 and not conn.evicted:
+        await asyncio.sleep(DRAIN_POLL_S)
 
 
 async def _read(
