@@ -6,31 +6,36 @@ redis-py's pool refused them all alike (``MaxConnectionsError``, ``503 unavailab
 everyone), and below that the event loop served a masher's hundreds of requests and an
 honest player's one first come, first served. :class:`Door` (ASGI middleware, ``/api/``
 paths only; pages, static files, health, metrics and websockets pass untouched) does what
-nginx's ``limit_conn``, fq_codel and a fixed-limit concurrency limiter do together:
+nginx's ``limit_conn``, fq_codel and an adaptive concurrency limiter (Netflix's gradient,
+Envoy's adaptive concurrency) do together:
 
-* **A bound.** At most ``limit`` requests are worked on at once; the Valkey pool is sized
-  above it (``codemojex.game.pool_size``) and waits rather than fails, so the pool is never
-  the cliff.
-* **Lightest first.** A request past the bound waits. Each request is weighed at arrival by
-  its sender's recent request rate — an exponentially decaying count per player (its bearer
-  token) and per client address (:func:`codemojex.admission.address_key`: an IPv6 /64 is
-  one address), the address's rate divided by :data:`ADDRESS_SHARE` (a classroom behind
-  one NAT is many players) — and a free slot goes to the lightest waiting request. As in
-  fq_codel's new flows first, a player sending at an honest pace is served next, however
-  many requests a masher has waiting.
-* **Heaviest shed.** A request that has waited ``wait_s`` (the queue-delay target, as in
-  CoDel) is shed; under sustained overload those are the heaviest senders', which are never
-  the lightest waiting. When :data:`MAX_WAITING` wait, the heaviest one is shed at once to
-  make room (the newcomer itself if it is the heaviest). Shed: ``503 overloaded`` with
-  ``Retry-After``.
+* **A bound.** At most ``limit`` requests are worked on at once (``--door-in-flight``);
+  the Valkey pool is sized above it (``codemojex.game.pool_size``) and waits rather than
+  fails, so the pool is never the cliff. The bound adapts (:class:`Gradient`): when a
+  guess's time inside grows past :data:`TOLERANCE` times its unloaded time, it shrinks, to
+  a duty cycle below one slot if need be, and grows back once times are normal again.
+* **Weighed senders.** Each request is weighed at arrival: its player's recent request rate
+  (an exponentially decaying count per bearer token), plus one for each request of that
+  token already at the door, plus its client address's rate over :data:`ADDRESS_SHARE`
+  (:func:`codemojex.admission.address_key`: an IPv6 /64 is one address; a classroom behind
+  one NAT is many light players, a flood spread over tokens from one address is not).
+* **Light first.** A request of weight at most :data:`LIGHT_RATE` (an honest pace) takes a
+  free slot up to the configured bound whatever the adaptive one; any other waits, and a
+  free slot goes to the lightest waiting (fq_codel's new flows first), so a player at an
+  honest pace is served next however many requests a masher has waiting.
+* **Heaviest shed.** A request that has waited ``wait_s`` (``--door-wait-ms``, the
+  queue-delay target, as in CoDel) is shed; under sustained overload those are the
+  heaviest senders', which are never the lightest waiting. When :data:`MAX_WAITING` wait,
+  the heaviest is shed at once to make room (the newcomer itself if it is the heaviest).
+  Shed: ``503 overloaded`` with ``Retry-After``.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
-  working or waiting; more are refused ``503 overloaded`` at once.
+  working or waiting (``--address-in-flight``); more are refused ``503 overloaded``.
 * **Refusals that cost little.** A guess from a player the bucket mirror already refuses
   (:class:`codemojex.admission.BucketMirror`) goes around the queue: it is answered
   ``429`` without a Valkey round trip, so it needs no slot. No ``503 overloaded`` leaves
-  sooner than :data:`MIN_REFUSAL_S` after its request arrived: a client that retries
-  without waiting (ignoring ``Retry-After``) holds its connection that long per try
-  instead of looping at the server's speed; a held refusal is a timer, not work.
+  sooner than :data:`MIN_REFUSAL_S` (``Retry-After``) after its request arrived: a client
+  that retries without waiting gains nothing by it and holds its connection that long per
+  try instead of looping at the server's speed; a held refusal is a timer, not work.
 """
 
 from __future__ import annotations
@@ -52,18 +57,25 @@ from codemojex.admission import address_key
 
 __all__ = ["Door", "FlowRates", "Gate", "GateCollector"]
 
-# An address's rate counts as this many players' (a NAT, a campus proxy) when weighing.
-ADDRESS_SHARE = 16.0
+# A request weighs its player's recent rate plus its address's over this many: a classroom
+# behind one NAT (many players, each at an honest pace) stays light, while an address that
+# spreads a flood over many tokens, or sends without one, weighs what it sends.
+ADDRESS_SHARE = 64.0
 # The time constant of the rate estimates: a sender's rate is its requests over ~2 s.
 RATE_TAU_S = 2.0
 MAX_WAITING = 1024
-MIN_REFUSAL_S = 0.25
+MIN_REFUSAL_S = 1.0
 RETRY_AFTER_S = 1
 MAX_TOKEN_BYTES = 300  # a longer Authorization header is no token (401): weighed by address
 # The adaptive bound (:class:`Gradient`): a guess's time at the door may grow to this many
 # times its unloaded time before the bound shrinks; never below MIN_LIMIT.
 TOLERANCE = 1.5
-MIN_LIMIT = 2
+MIN_LIMIT = 0.25  # below one slot: a duty cycle (heavy requests get a slot this share of the time)
+MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty cycle
+# A request of a sender this light (requests a second, as weighed) takes a free slot up to
+# the configured bound even when the adaptive one is lower: honest pace is never queued
+# behind the bound that holds the heavy senders back.
+LIGHT_RATE = 2.0
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
@@ -116,25 +128,30 @@ class Gradient:
     gradient limiter): when the recent time of a guess (an EWMA of the last few) grows past
     :data:`TOLERANCE` times its unloaded time (the quietest second of the last
     :data:`BASELINE_S`), the bound shrinks in proportion, down to :data:`MIN_LIMIT`; while
-    it stays within, the bound grows by one per update, back up to the configured one. A
-    bound that is not being used (fewer than half its slots busy) is left as it is.
+    it stays within, the bound grows again (by a tenth, or an eighth of a slot, per update),
+    back up to the configured one. A bound that is not being used (fewer than half its slots
+    busy) is left as it is. Below one slot the bound is a duty cycle: after a heavy
+    sender's request a slot stays idle long enough that heavy senders have it only that
+    share of the time (at most :data:`MAX_IDLE_S` at once) — a throughput bound, where a
+    bound of one slot would still let heavy senders in as fast as one at a time finishes.
 
     The process's own work is what grows a guess's time: a busy event loop, a CPU the
     machine's other processes want, a slower Valkey. A smaller bound then queues more at
     the door, where light senders go first and the heaviest are shed, instead of in the
     event loop, first come first served."""
 
-    def __init__(self, max_limit: int, min_limit: int = MIN_LIMIT) -> None:
+    def __init__(self, max_limit: int, min_limit: float = MIN_LIMIT) -> None:
         self.max_limit = max_limit
-        self.min_limit = min(min_limit, max_limit)
+        self.min_limit = min(min_limit, float(max_limit))
         self.value = float(max_limit)
         self.recent: float | None = None
         self.baseline: float | None = None
         self._seconds: list[tuple[int, float, int]] = []  # (second, sum, count)
         self._n = 0
 
-    def sample(self, seconds: float, now: float, busy: int) -> int:
-        """One guess's time in its slot; the bound to apply from now."""
+    def sample(self, seconds: float, now: float, busy: int) -> float:
+        """One guess's time in its slot; the bound to apply from now (below 1: the share
+        of the time one slot may be busy with heavy senders)."""
         self.recent = seconds if self.recent is None else self.recent * 0.8 + seconds * 0.2
         second = int(now)
         buckets = self._seconds
@@ -149,11 +166,11 @@ class Gradient:
             self.baseline = min(means) if means else None
         self._n += 1
         if self._n % 4 or self.baseline is None or busy < self.value / 2:
-            return int(self.value)
+            return self.value
         gradient = max(0.5, min(1.0, TOLERANCE * self.baseline / self.recent))
-        target = self.value * gradient + 1
+        target = self.value * gradient + max(0.125, 0.1 * self.value)  # room to grow
         self.value = max(self.min_limit, min(self.max_limit, 0.8 * self.value + 0.2 * target))
-        return int(self.value)
+        return self.value
 
 
 class _Waiter:
@@ -216,6 +233,8 @@ class Gate:
         if limit < 0 or wait_ms < 0 or address_limit < 0:
             raise ValueError("door limits must be >= 0 (0 = off)")
         self.limit = limit  # the bound now: the gradient's, up to the configured one
+        self.duty = 1.0  # below 1: the share of the time a slot may serve heavy senders
+        self.max_limit = limit
         self.gradient = Gradient(limit) if limit and adaptive else None
         self.wait_s = wait_ms / 1000
         self.address_limit = address_limit
@@ -228,17 +247,27 @@ class Gate:
         self._heaviest: list[tuple[float, int, _Waiter]] = []
         self._seq = 0
         self.at_door: dict[str, int] = {}  # address -> requests working or waiting
+        self.tokens_at_door: dict[str, int] = {}  # bearer token -> its requests here
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
 
     def timed(self, seconds: float) -> None:
         """A guess held a slot for ``seconds``: the gradient may move the bound."""
         if self.gradient is not None:
-            self.limit = self.gradient.sample(seconds, self.clock(), self.working)
+            value = self.gradient.sample(seconds, self.clock(), self.working)
+            self.limit = max(1, int(value))
+            self.duty = min(1.0, value)
+
+    def idle_after(self, seconds: float) -> float:
+        """How long a slot should idle after a heavy request of ``seconds`` (duty cycle)."""
+        if self.duty >= 1.0:
+            return 0.0
+        return min(MAX_IDLE_S, seconds * (1 / self.duty - 1))
 
     def stats(self) -> dict[str, Any]:
         return {
             "limit": self.limit,
+            "duty": round(self.duty, 3),
             "working": self.working,
             "waiting": self.waiting,
             "addresses": len(self.at_door),
@@ -247,7 +276,11 @@ class Gate:
 
     async def enter(self, weight: float) -> bool:
         """True with a slot held (hand it back with :meth:`leave`); False: shed."""
-        if not self.limit or (self.working < self.limit and not self.waiting):
+        if (
+            not self.limit
+            or (self.working < self.limit and not self.waiting)
+            or (weight <= LIGHT_RATE and self.working < self.max_limit)
+        ):
             self.working += 1
             self.counts["admitted"] += 1
             return True
@@ -343,8 +376,33 @@ class Door:
         address = address_key(client[0] if client else "")
         token = _authorization(scope)
         weight = gate.addresses.hit(address, now) / ADDRESS_SHARE
+        tokens = gate.tokens_at_door
         if token is not None:
-            weight = max(weight, gate.players.hit(token, now))
+            # its recent rate, and as many again for each of its requests already here: a
+            # masher's eight at once weigh from the second, an honest player's one never
+            weight += gate.players.hit(token, now) + tokens.get(token, 0)
+            tokens[token] = tokens.get(token, 0) + 1
+        try:
+            await self._admit(scope, receive, send, gate, address, weight, token, now)
+        finally:
+            if token is not None:
+                left = tokens[token] - 1
+                if left:
+                    tokens[token] = left
+                else:
+                    del tokens[token]
+
+    async def _admit(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        gate: Gate,
+        address: str,
+        weight: float,
+        token: str | None,
+        now: float,
+    ) -> None:
         at_door = gate.at_door
         held = at_door.get(address, 0)
         if gate.address_limit and held >= gate.address_limit:
@@ -369,9 +427,14 @@ class Door:
             try:
                 await self.app(scope, receive, send)
             finally:
+                took = gate.clock() - began
                 if scope["method"] == "POST" and scope["path"] == "/api/guesses":
-                    gate.timed(gate.clock() - began)
-                gate.leave()
+                    gate.timed(took)
+                idle = gate.idle_after(took) if weight > LIGHT_RATE else 0.0
+                if idle > 0:
+                    asyncio.get_running_loop().call_later(idle, gate.leave)
+                else:
+                    gate.leave()
         finally:
             left = at_door[address] - 1
             if left:
