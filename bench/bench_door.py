@@ -283,6 +283,35 @@ class CpuTrace:
         return {role: round((cb[role] - ca[role]) / (b - a), 3) for role in ca if role in cb}
 
 
+class DoorTrace:
+    """The web's door, from its /metrics every half second: its bound and what it holds."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.samples: list[tuple[float, dict[str, float]]] = []
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(base_url=self.base, trust_env=False, timeout=5) as http:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    text = (await http.get("/metrics")).text
+                    got: dict[str, float] = {}
+                    for line in text.splitlines():
+                        if line.startswith("codemojex_door_limit "):
+                            got["limit"] = float(line.split()[-1])
+                        elif line.startswith("codemojex_door_requests_now{"):
+                            got[line.split('"')[1]] = float(line.split()[-1])
+                    self.samples.append((time.monotonic(), got))
+                await asyncio.sleep(0.5)
+
+    def over(self, t0: float, t1: float) -> dict[str, float]:
+        inside = [g for t, g in self.samples if t0 <= t <= t1 and g]
+        if not inside:
+            return {}
+        keys = inside[0].keys()
+        return {k: round(sum(g.get(k, 0) for g in inside) / len(inside), 1) for k in keys}
+
+
 def game_pids(up: Up) -> dict[str, int]:
     out: dict[str, int] = {}
     workers = 0
@@ -322,10 +351,19 @@ async def masher_row(
         *argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     cpu.pids["mash"] = proc.pid
+    started = time.monotonic()
     waited = asyncio.ensure_future(proc.communicate())
     await honest.run_until(opts.honest_rate, waited)
     stdout, stderr = await waited
     text = stdout.decode(errors="replace").strip()
+    if not (report / "results.json").exists():  # the child could not run: say why
+        why = (stderr.decode(errors="replace").strip() or text).splitlines()[-1:]
+        return {
+            "window": (started, time.monotonic()),
+            "mashers": None,
+            "verdict": f"mash failed: {why[0] if why else '?'}",
+            "exit": proc.returncode,
+        }
     results = orjson.loads((report / "results.json").read_bytes())
     summary = results["summary"]
     # The child's load window on the wall clock, on this process's monotonic clock.
@@ -341,12 +379,13 @@ async def masher_row(
             "rate_limited": masher["rate_limited"],
         },
         "verdict": text.splitlines()[-1] if text else stderr.decode(errors="replace")[-300:],
+        "problems": [line.strip() for line in text.splitlines() if "problem:" in line][:10],
         "exit": proc.returncode,
     }
 
 
 async def run_rows(
-    up: Up, honest: Honest, opts: Options, cpu: CpuTrace, out_dir: Path
+    up: Up, honest: Honest, opts: Options, cpu: CpuTrace, door: DoorTrace, out_dir: Path
 ) -> list[dict[str, Any]]:
     rows = []
     progress = Progress(
@@ -380,6 +419,7 @@ async def run_rows(
                 "addresses": addresses,
                 "honest": honest_figures(honest, t0, t1),
                 "cores": cpu.over(t0, t1),
+                "door": door.over(t0, t1),
             }
             cpu.pids.pop("mash", None)
             rows.append(row)
@@ -526,6 +566,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         "what the mashers were told",
         "cores: web / game / mash",
         "web waited for a CPU",
+        "door bound / working / waiting",
         "mash verdict",
     ):
         t.add_column(
@@ -558,6 +599,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             told,
             _cores(r["cores"]),
             _f(round(100 * r["cores"].get("web@wait", 0), 1), " %"),
+            " / ".join(_f(r["door"].get(k)) for k in ("limit", "working", "waiting")),
             verdict + ("" if r["exit"] == 0 else f" (exit {r['exit']})"),
         )
     console.print(t)
@@ -600,12 +642,15 @@ async def measure(opts: Options, up: Up, out_dir: Path) -> dict[str, Any]:
     await honest.setup()
     pids = game_pids(up)
     cpu = CpuTrace(pids)
+    door = DoorTrace(up.base)
     tracer = asyncio.create_task(cpu.run())
+    door_tracer = asyncio.create_task(door.run())
     try:
-        rows = await run_rows(up, honest, opts, cpu, out_dir)
+        rows = await run_rows(up, honest, opts, cpu, door, out_dir)
         cost = await costs(up, honest, pids["web"], opts.cost_requests, opts.door_slots)
     finally:
         tracer.cancel()
+        door_tracer.cancel()
         await honest.close()
     return {"rows": rows, "costs": cost}
 

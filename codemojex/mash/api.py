@@ -27,6 +27,7 @@ REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 SUBMIT_ATTEMPTS = 5
 RETRY_PAUSE_S = 0.25
+OVERLOADED_ATTEMPTS = 10  # set-up, admin and verdict calls retried after 503 overloaded
 
 Outcome = Literal[
     "accepted", "lane_full", "rate_limited", "round_closed", "overloaded", "refused", "unknown"
@@ -114,7 +115,13 @@ class GameApi:
         return "ws" + self.base_url.removeprefix("http") + "/ws"
 
     async def _json(self, method: str, path: str, *, expect: int = 200, **kwargs: Any) -> Any:
-        resp = await self.http.request(method, path, **kwargs)
+        for _ in range(OVERLOADED_ATTEMPTS):
+            resp = await self.http.request(method, path, **kwargs)
+            # The door refused it before any work (a busy server): as a client should,
+            # wait Retry-After and ask again; nothing was done, so asking twice is safe.
+            if resp.status_code != 503 or _code(resp) != "overloaded":
+                break
+            await asyncio.sleep(_retry_after(resp))
         if resp.status_code != expect:
             raise ApiError(resp.status_code, resp.text)
         return resp.json()
@@ -180,7 +187,11 @@ class GameApi:
         return Submitted("unknown", detail=detail, statuses=(*statuses,))
 
     async def guess(self, token: str, job_id: str) -> dict[str, Any] | None:
-        resp = await self.http.get(f"/api/guesses/{job_id}", headers=_bearer(token))
+        for _ in range(OVERLOADED_ATTEMPTS):
+            resp = await self.http.get(f"/api/guesses/{job_id}", headers=_bearer(token))
+            if resp.status_code != 503 or _code(resp) != "overloaded":
+                break
+            await asyncio.sleep(_retry_after(resp))  # a busy door: come back, as told
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
