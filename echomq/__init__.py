@@ -58,6 +58,7 @@ from .errors import (
     RateLimited,
     Retry,
     ServerError,
+    Unavailable,
 )
 from .ids import branded, is_branded, job_id, ulid, worker_id
 from .keys import Keys
@@ -94,6 +95,7 @@ __all__ = [
     "Retry",
     "ServerError",
     "Settings",
+    "Unavailable",
     "WorkerInfo",
     "branded",
     "connect",

@@ -46,14 +46,16 @@ from typing import Any, Literal
 
 import redis.asyncio
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import checks
 from .backoff import Backoff
 from .codec import text
-from .errors import TRANSIENT, Retry
+from .errors import TRANSIENT, Retry, Unavailable
 from .ids import worker_id as mint_worker_id
 from .jobs import encode_result
 from .queue import Queue
+from .stalled import pulse_gap_ms
 from .types import Claim, ClaimBatch
 
 log = logging.getLogger("echomq.consumer")
@@ -78,6 +80,17 @@ class ResultNotEncodable(TypeError):
 
 class HandlerCancelled(Exception):
     """The handler was cancelled by something other than this consumer: a failed attempt."""
+
+
+class TimedOut(Exception):
+    """The handler ran past ``timeout_ms``: it was cancelled and its job failed with the
+    error ``"timed out"``."""
+
+
+# How long a cancelled handler (timed out, or its lease lost) may take to unwind before
+# its slot gives up on it: a handler that swallows cancellation must not hold a slot, or
+# its job, forever.
+_UNWIND_S = 1.0
 
 
 # Connection settings a cluster node carries that only mean something to a cluster client.
@@ -195,6 +208,34 @@ class Consumer:
             never reap, e.g. in a test).
         meta: called at each beat; its fields are stored on the worker's registry row
             (shown by ``Queue.workers()``).
+        timeout_ms: a handler still running this long after it started is cancelled and
+            its job failed with the error ``"timed out"`` (a failure like any other:
+            backoff, counted toward ``max_attempts``). None: no limit. A handler that
+            ignores the cancellation is left behind after a second; its job is failed
+            anyway and its slot freed.
+        probe: while a dependency is down (a handler raised :class:`~echomq.Unavailable`),
+            ``async () -> Any`` that raises while it is still down. None (the default):
+            one job at a time is let through as the probe, so the probe is exactly what
+            the handler needs.
+        probe_max_ms: the longest pause between two probes (backoff from 100 ms up to
+            this; at most 5,000).
+
+    A dependency down: a handler that raises :class:`~echomq.Unavailable` hands its job
+    back as ``release`` does (no delivery spent, no failure counted), and the consumer
+    claims nothing more until the dependency answers: jobs it holds and has not started
+    go back too, and it probes with backoff, at most ``probe_max_ms`` apart. Without a
+    ``probe`` the probe is one job, claimed alone once nothing else is held; any outcome
+    of a handler started while waiting other than ``Unavailable`` (a completion, another
+    error) ends the wait, as does a ``probe`` that returns. Meanwhile the worker's row
+    says ``state: waiting`` (:attr:`waiting`).
+
+    A job whose holder died before (a suspect, ``Claim.stalls > 0``) runs alone: while it
+    is held this consumer claims nothing more, but for at most ``min(lease_ms,
+    timeout_ms)`` after it started, so a suspect that hangs never stops the consumer.
+
+    A claim whose reply does not arrive within the connection's ``socket_timeout`` (too
+    many large payloads) halves the batch for the next claims; each claim that fills the
+    smaller batch lets it grow back by one, up to ``batch``.
     """
 
     def __init__(
@@ -216,6 +257,9 @@ class Consumer:
         grace_ms: int | None = None,
         reaper: bool = True,
         meta: Callable[[], dict[str, Any]] | None = None,
+        timeout_ms: int | None = None,
+        probe: Callable[[], Awaitable[Any]] | None = None,
+        probe_max_ms: int = 1_000,
     ) -> None:
         if not isinstance(queue, Queue):
             raise TypeError(f"queue must be an echomq.Queue, got {type(queue).__name__}")
@@ -230,9 +274,15 @@ class Consumer:
             ("reap_interval_ms", reap_interval_ms),
             ("park_max_ms", park_max_ms),
             ("idle_heartbeat_ms", idle_heartbeat_ms),
+            ("probe_max_ms", probe_max_ms),
         ):
             checks.integer(name, value)
         checks.optional_integer("heartbeat_ms", heartbeat_ms, at_least=1)
+        checks.optional_integer("timeout_ms", timeout_ms, at_least=1)
+        if probe is not None and not callable(probe):
+            raise TypeError("probe must be an async callable taking no argument")
+        if not 10 <= probe_max_ms <= 5_000:
+            raise ValueError("probe_max_ms must be between 10 and 5000")
         checks.optional_integer("grace_ms", grace_ms, at_least=0)
         checks.optional_name("worker_id", worker_id)
         if concurrency < 1 or batch < 1 or lease_ms < 100 or prefetch < 0:
@@ -267,16 +317,39 @@ class Consumer:
         # The reaper lock outlives the longest pause between two turns of its holder by
         # one reap interval: a holder that dies is replaced within lapse + reap interval.
         self.reap_lock_ms = max(reap_interval_ms, lapse_ms) + reap_interval_ms
+        # The longest silence of the server a live queue leaves (beats and reap calls):
+        # a longer one is an outage and every holder gets a lapse (stalled.pulse_gap_ms).
+        self.pulse_gap_ms = pulse_gap_ms(lapse_ms, heartbeat_ms, reap_interval_ms)
         self.grace_ms = lease_ms if grace_ms is None else grace_ms
         self.reaper = reaper
         self.meta = meta
+        self.timeout_ms = timeout_ms
+        self.probe = probe
+        self.probe_max_ms = probe_max_ms
+        # How long a suspect keeps this consumer from claiming more, from its start.
+        self.suspect_ms = lease_ms if timeout_ms is None else min(lease_ms, timeout_ms)
         # Counters, for tests and for the worker's self-description.
         self.completed = 0
         self.failed = 0
         self.stale = 0
         self.lost = 0
         self.released = 0
+        self.timed_out = 0  # handlers cancelled after timeout_ms (each also in failed)
+        self.unavailable = 0  # jobs handed back because a dependency was down
         self._ready: asyncio.Queue[Claim] = asyncio.Queue()
+        # A dependency down: why (None while all is well), since when (loop time), and
+        # when the last wait ended; _epoch counts the waits.
+        self._outage: str | None = None
+        self._outage_at = 0.0
+        self._resumed_at = 0.0
+        self._epoch = 0
+        self._resumed = asyncio.Event()
+        self._probes: set[_Key] = set()  # jobs claimed as the probe
+        self._chores: set[asyncio.Task[Any]] = set()  # releases sent in the background
+        # Claim size now: halved when a claim's reply does not arrive in time.
+        self._batch_now = batch
+        self._started: dict[_Key, float] = {}  # loop time each running handler started
+        self._lost_signal: dict[_Key, asyncio.Event] = {}
         # Keyed by (job_id, token), not job_id: after a lost lease the same job can come
         # back to this very consumer under a new token while the old attempt unwinds.
         self._held: dict[_Key, Claim] = {}  # claimed and not yet finished: ready or running
@@ -314,6 +387,16 @@ class Consumer:
             for k, task in self._running.items()
             if k in self._held and not task.done()
         ]
+
+    @property
+    def waiting(self) -> bool:
+        """True while a dependency is down: this consumer claims nothing but its probe."""
+        return self._outage is not None
+
+    @property
+    def batch_now(self) -> int:
+        """The claim size now (``batch``, or less after claims whose reply timed out)."""
+        return self._batch_now
 
     def stop(self) -> None:
         """Ask for a clean stop: claim nothing more, let running handlers finish within
@@ -392,14 +475,28 @@ class Consumer:
         # at a time until a claim comes back clean. (With 32 slots, a kill storm's reaped
         # jobs were otherwise leased and released about six times each.)
         careful = False
+        probes = Backoff(first=min(0.1, self.probe_max_ms / 1000), cap=self.probe_max_ms / 1000)
+        epoch = self._epoch
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
+            probing = False
+            if self._outage is not None:
+                if epoch != self._epoch:  # a new wait: probe soon, then back off
+                    epoch = self._epoch
+                    probes.reset()
+                if not await self._await_dependency(probes):
+                    continue
+                probing = True
             room = self.concurrency + self.prefetch - len(self._held)
-            if room <= 0 or any(c.stalls for c in self._held.values()):
+            hold = self._suspect_hold()
+            if room <= 0 or hold is not None:
                 self._room.clear()
-                await self._until(self._room.wait())
+                if hold is None:
+                    await self._until(self._room.wait())
+                else:  # a suspect runs: claim more once it is done, or has run long enough
+                    await self._wait_any(hold, self._room, self._stopping)
                 continue
-            asked = 1 if careful else min(room, self.batch)
+            asked = 1 if careful or probing else min(room, self._batch_now)
             self._kick.clear()
             try:
                 if unsure:
@@ -411,11 +508,30 @@ class Consumer:
             except Exception as e:  # noqa: BLE001 - any error: the claimer must go on
                 trouble.note(e)
                 unsure = True
+                if isinstance(e, (RedisTimeoutError, asyncio.TimeoutError)) and asked > 1:
+                    # The reply may be too large to read in time (big payloads): the same
+                    # claim again would time out again, on the same lanes' jobs.
+                    self._batch_now = max(1, asked // 2)
+                    log.info(
+                        "a claim of %d jobs timed out; claiming at most %d at a time",
+                        asked,
+                        self._batch_now,
+                    )
                 await self._until(backoff.sleep())
                 continue
+            if len(got.claims) == asked == self._batch_now < self.batch:
+                self._batch_now += 1  # that size went through: grow back, gently
             if got.claims:
                 self._busy.set()
                 careful = any(c.stalls for c in got.claims)
+            if self._outage is not None and not probing:
+                # Claimed as the outage began: hand it all back, untouched.
+                for claim in got.claims:
+                    self._held[_key(claim)] = claim
+                    self._chore(self._hand_back_unstarted(claim))
+                continue
+            if probing:
+                self._probes.update(_key(c) for c in got.claims)
             kept, extra = self._split(got.claims)
             if extra:
                 # Handed back before the kept ones may start: a kept job that kills this
@@ -431,6 +547,131 @@ class Consumer:
                 self._ready.put_nowait(claim)
             if not extra and len(got.claims) < asked:
                 await self._park(got)
+
+    async def _await_dependency(self, probes: Backoff) -> bool:
+        """While a dependency is down: True when one job may be claimed as the probe,
+        False to look again (the wait ended, or a probe of ``self.probe`` ran)."""
+        if self.probe is not None:
+            await self._until(asyncio.sleep(probes.next_delay()), self._resumed)
+            if self._outage is None or self._stopping.is_set():
+                return False
+            epoch = self._epoch
+            try:
+                if not await self._until(self.probe()):
+                    return False  # stopping
+            except Exception as e:  # noqa: BLE001 - still down, whatever it says
+                log.debug("probe: still unavailable (%s: %s)", type(e).__name__, e)
+                return False
+            if epoch == self._epoch:
+                self._resume("the probe answered")
+            return False
+        if self._held:
+            # A handler still running will tell (its outcome is a probe as good as any).
+            self._room.clear()
+            await self._until(self._room.wait(), self._resumed)
+            return False
+        await self._until(asyncio.sleep(probes.next_delay()), self._resumed)
+        return self._outage is not None and not self._stopping.is_set()
+
+    def _enter_outage(self, started: float, error: Unavailable) -> None:
+        """A handler that started at loop time ``started`` raised ``Unavailable``: wait,
+        unless it started before the last wait ended (old news)."""
+        if self._outage is not None or started < self._resumed_at:
+            return
+        loop = asyncio.get_running_loop()
+        self._outage = f"{error}"[:200] or type(error).__name__
+        self._outage_at = loop.time()
+        self._epoch += 1
+        self._resumed.clear()
+        self._busy.set()  # beat soon: the row says "waiting"
+        log.warning(
+            "a dependency is unavailable (%s): claiming nothing until it answers",
+            self._outage,
+            extra={"worker_id": self.worker_id},
+        )
+        # Jobs held and not started go back at once: nothing here will run them now.
+        while not self._ready.empty():
+            self._chore(self._hand_back_unstarted(self._ready.get_nowait()))
+
+    def _answered(self, started: float) -> None:
+        """A handler that started at loop time ``started`` got past its dependency (it
+        returned, or failed for another reason): a wait it started within ends."""
+        if self._outage is not None and started >= self._outage_at:
+            self._resume("a job got through")
+
+    def _resume(self, why: str) -> None:
+        loop = asyncio.get_running_loop()
+        log.info(
+            "the dependency answers again (%s) after %.1f s: claiming again",
+            why,
+            loop.time() - self._outage_at,
+            extra={"worker_id": self.worker_id},
+        )
+        self._outage = None
+        self._resumed_at = loop.time()
+        self._resumed.set()
+        self._room.set()
+        self._busy.set()  # beat soon: the row no longer says "waiting"
+
+    def _chore(self, aw: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(aw)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def _hand_back_unstarted(self, claim: Claim) -> None:
+        try:
+            if await self._release_with_retries(claim):
+                self.unavailable += 1
+        finally:
+            self._forget(claim)
+
+    async def _release_with_retries(self, claim: Claim) -> bool:
+        """``release`` retried on errors within the job's lease (the lease keeper renews
+        it meanwhile); True once released, False when stale or given up."""
+        key = _key(claim)
+        self._finishing.add(key)
+        backoff = Backoff(first=0.1)
+        trouble = _Trouble(f"release of {claim.job_id}")
+        try:
+            while True:
+                try:
+                    ok = await self.queue.jobs.release(claim.job_id, claim.token)
+                    break
+                except Exception as e:  # noqa: BLE001 - any error: retry within the lease
+                    if self._give_up(key):
+                        log.warning(
+                            "job %s: could not hand it back within its lease (%s);"
+                            " left to the reaper",
+                            claim.job_id,
+                            e,
+                        )
+                        self.stale += 1
+                        return False
+                    trouble.note(e)
+                    await backoff.sleep()
+        finally:
+            self._stuck.pop(key, None)
+            self._finishing.discard(key)
+        if ok:
+            self.released += 1
+        else:
+            self.stale += 1
+        return ok
+
+    def _suspect_hold(self) -> float | None:
+        """Seconds this consumer still holds off claiming for the suspects it holds (jobs
+        whose holder died before): until each is done, for at most ``suspect_ms`` after
+        it started; None when no suspect holds it back."""
+        now = asyncio.get_running_loop().time()
+        hold: float | None = None
+        for key, claim in self._held.items():
+            if not claim.stalls or key in self._lost:
+                continue
+            started = self._started.get(key, now)
+            left = started + self.suspect_ms / 1000 - now
+            if left > 0:
+                hold = left if hold is None else max(hold, left)
+        return hold
 
     async def _release_orphans(self) -> None:
         """Hand back the jobs the server says we hold but we never heard of.
@@ -551,27 +792,44 @@ class Consumer:
 
     async def _process(self, claim: Claim) -> None:
         key = _key(claim)
+        loop = asyncio.get_running_loop()
+        started = self._started[key] = loop.time()
+        self._room.set()  # a suspect's hold counts from now: the claimer looks again
         task: asyncio.Task[Any] = asyncio.create_task(
             self._call(claim), name=f"handler-{claim.job_id}"
         )
         self._running[key] = task
         try:
+            verdict = await self._await_handler(key, task)
+            if verdict == "abandoned" or key in self._lost:
+                return  # the lease went to someone else: no side effect of ours counts
+            if verdict == "timed out":
+                self.timed_out += 1
+                self._finishing.add(key)
+                self._answered(started)
+                await self._fail(claim, TimedOut("timed out"))
+                return
             try:
-                result = await task
+                result = task.result()
             except asyncio.CancelledError:
-                me = asyncio.current_task()
-                if me is not None and me.cancelling():
-                    raise  # the slot itself is being stopped
-                if key in self._lost:
-                    return  # the lease went to someone else: no side effect of ours counts
                 # The handler cancelled itself (or something else did): a failed attempt.
                 self._finishing.add(key)
+                self._answered(started)
                 await self._fail(claim, HandlerCancelled("the handler was cancelled"))
+                return
+            except Unavailable as e:
+                # What the handler needs is down: hand the job back, spend nothing, and
+                # claim nothing more until it answers again.
+                self._enter_outage(started, e)
+                if await self._release_with_retries(claim):
+                    self.unavailable += 1
                 return
             except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter
                 self._finishing.add(key)
+                self._answered(started)
                 await self._fail(claim, e)
                 return
+            self._answered(started)
             try:
                 # Encoded here, before the completion joins a pipelined batch: a result
                 # JSON cannot carry fails this one job and no other.
@@ -591,8 +849,63 @@ class Consumer:
                 self.stale += 1
         finally:
             self._running.pop(key, None)
+            self._started.pop(key, None)
+            self._probes.discard(key)
             self._finishing.discard(key)
             self._forget(claim)
+
+    async def _await_handler(self, key: _Key, task: asyncio.Task[Any]) -> str:
+        """Wait for a handler: ``"done"`` when it ended (its result or error is the task's),
+        ``"timed out"`` when it ran past ``timeout_ms`` (it is cancelled), ``"abandoned"``
+        when its lease was lost and it did not unwind within a second of the cancel. A
+        cancelled handler that does not unwind is left behind: it holds neither its job
+        nor its slot."""
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout_ms is None else loop.time() + self.timeout_ms / 1000
+        lost = self._lost_signal.setdefault(key, asyncio.Event())
+        lost_wait = asyncio.ensure_future(lost.wait())
+        try:
+            while not task.done():
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    break
+                done, _ = await asyncio.wait(
+                    {task, lost_wait}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if lost_wait in done and not task.done():
+                    # Cancelled by the lease keeper (or a stop past its grace).
+                    await asyncio.wait({task}, timeout=_UNWIND_S)
+                    if task.done():
+                        return "done"
+                    log.error("job %s: its handler ignores cancellation; left behind", key[0])
+                    return "abandoned"
+        except asyncio.CancelledError:
+            task.cancel()  # the slot itself is being stopped: its handler with it
+            raise
+        finally:
+            lost_wait.cancel()
+            self._lost_signal.pop(key, None)
+        if task.done():
+            return "done"
+        task.cancel()
+        await asyncio.wait({task}, timeout=_UNWIND_S)
+        if not task.done():
+            log.error(
+                "job %s: its handler ran past timeout_ms and ignores cancellation; the job"
+                " is failed and the handler left behind",
+                key[0],
+            )
+        return "timed out"
+
+    def _cancel_lost(self, key: _Key) -> None:
+        """Our lease of ``key`` is gone (or a stop's grace ran out): the handler must stop."""
+        self._lost.add(key)
+        task = self._running.get(key)
+        if task is not None:
+            task.cancel()  # stop a stale attempt's side effects at once
+        signal_ = self._lost_signal.get(key)
+        if signal_ is not None:
+            signal_.set()
 
     def _forget(self, claim: Claim) -> None:
         self._held.pop(_key(claim), None)
@@ -603,7 +916,8 @@ class Consumer:
         retry_in = error.delay_ms if isinstance(error, Retry) else None
         if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
             retry_in = None  # a nonsense delay asked for: the default backoff
-        text = f"{type(error).__name__}: {error}"[:2000]
+        text = "timed out" if isinstance(error, TimedOut) else f"{type(error).__name__}: {error}"
+        text = text[:2000]
         backoff = Backoff(first=0.1)
         trouble = _Trouble(f"fail of {claim.job_id}")
         key = _key(claim)
@@ -765,10 +1079,7 @@ class Consumer:
                 self._stuck[key] = renewed_until
             if not ok and key in self._held and key not in self._lost | self._finishing:
                 self.lost += 1
-                self._lost.add(key)
-                task = self._running.get(key)
-                if task is not None:
-                    task.cancel()  # stop a stale attempt's side effects at once
+                self._cancel_lost(key)
                 log.warning("lease of %s lost; handler cancelled", claim.job_id)
 
     async def _beat_loop(self) -> None:
@@ -822,11 +1133,18 @@ class Consumer:
             "state": "busy" if self._running else "idle",
             "jobs": ",".join(job_id for job_id, _ in self._running),
             "jobs_done": self.completed,
+            "waiting_for": self._outage or "",
         }
         if self.meta is not None:
             meta.update(self.meta())
+        if self._outage is not None:
+            meta["state"] = "waiting"  # whatever the handler's side says: we claim nothing
         _, applied = await self.queue.beat(
-            self.worker_id, self.lapse_ms, meta, idle_lapse_ms=self.idle_lapse_ms
+            self.worker_id,
+            self.lapse_ms,
+            meta,
+            idle_lapse_ms=self.idle_lapse_ms,
+            gap_ms=self.pulse_gap_ms,
         )
         return applied
 
@@ -850,6 +1168,7 @@ class Consumer:
                     self.reap_lock_ms,
                     horizon_ms=self.lapse_ms,
                     margin_ms=self.reap_interval_ms,
+                    gap_ms=self.pulse_gap_ms,
                 )
                 trouble.ok()
                 for job_id in sweep.moved:
@@ -883,6 +1202,8 @@ class Consumer:
     # -- stopping -----------------------------------------------------------------
 
     async def _drain(self, runners: list[asyncio.Task[None]]) -> None:
+        if self._chores:  # hand-backs in flight (a dependency went down): let them land
+            await asyncio.wait(list(self._chores), timeout=self.grace_ms / 1000 + 1)
         # Prefetched jobs never started: hand them back untouched.
         while not self._ready.empty():
             claim = self._ready.get_nowait()
@@ -893,8 +1214,7 @@ class Consumer:
             if task.done():
                 continue  # finished in time: its completion (or failure) is on its way
             held = self._held.get(key)
-            self._lost.add(key)  # our handler must not count any more
-            task.cancel()
+            self._cancel_lost(key)  # our handler must not count any more
             if held is not None:
                 await self._release(held)
         # Let the finished jobs' completions land before the flusher is cancelled.

@@ -95,6 +95,18 @@ class ServerError(EchoMQError):
     """The embedded valkey-server could not be found, started or stopped."""
 
 
+class Unavailable(Exception):
+    """Raise from a handler when what it needs (its database, a service) cannot be reached.
+
+    The job is handed back as with ``release``: no delivery spent, no failure counted. The
+    consumer then claims nothing more until the dependency answers again: it probes with
+    backoff (at most ``probe_max_ms`` apart) and resumes at the first probe that gets
+    through (see :class:`~echomq.Consumer`)."""
+
+    def __init__(self, reason: str = "a dependency is unavailable") -> None:
+        super().__init__(reason)
+
+
 class Retry(Exception):
     """Raise from a handler to fail the attempt and ask for a specific retry delay."""
 
