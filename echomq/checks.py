@@ -16,17 +16,32 @@ MAX_HEADERS = 16
 MAX_HEADERS_BYTES = 4096
 
 
-def integer(name: str, value: Any, *, at_least: int | None = None) -> int:
-    """An ``int`` (never a ``bool`` or a ``float``) no smaller than ``at_least``."""
+# The largest integer any call sends to a script. Lua numbers are doubles, exact up to
+# 2^53 only, and the scripts add to what they receive: a claim HINCRBYs `attempts`, a lease
+# or a due time is server now (~2^41 ms) + a duration, a PEXPIRE adds a ttl to the clock.
+# 2^50 (35,000 years of milliseconds, a million billion deliveries) leaves every such sum
+# exact, and far below 2^63 - 1, where HINCRBY refuses (an `attempts` of 2^63 - 1 once
+# stopped a claim half-way). The scripts read any row count at or past 2^53 - 1 as
+# malformed (common.lua `count`).
+MAX_INT = 2**50
+
+
+def integer(name: str, value: Any, *, at_least: int | None = None, at_most: int = MAX_INT) -> int:
+    """An ``int`` (never a ``bool`` or a ``float``) no smaller than ``at_least`` and no
+    larger than ``at_most`` (:data:`MAX_INT`: what the scripts hold exactly)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if at_least is not None and value < at_least:
         raise ValueError(f"{name} must be >= {at_least}, got {value}")
+    if value > at_most:
+        raise ValueError(f"{name} must be <= {at_most}, got {value}")
     return value
 
 
-def optional_integer(name: str, value: Any, *, at_least: int | None = None) -> int | None:
-    return None if value is None else integer(name, value, at_least=at_least)
+def optional_integer(
+    name: str, value: Any, *, at_least: int | None = None, at_most: int = MAX_INT
+) -> int | None:
+    return None if value is None else integer(name, value, at_least=at_least, at_most=at_most)
 
 
 def name(what: str, value: Any) -> str:
@@ -50,9 +65,11 @@ def string(what: str, value: Any) -> str:
 
 
 def token(value: Any) -> int:
-    """A fencing token: an ``int``. One no claim ever returned (a negative one) is merely
-    stale, as the contract answers any token that is not current."""
-    return integer("token", value)
+    """A fencing token: an ``int`` (a claim's :class:`echomq.types.Token`, or a bare int:
+    then state and attempts are checked, not the lease). One no claim ever returned (a
+    negative one) is merely stale, as the contract answers any token that is not current.
+    Returned as a plain int, the number the scripts compare."""
+    return int(integer("token", value, at_least=-MAX_INT))
 
 
 def bytes_(what: str, value: Any) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from .codec import dumps, text
 from .errors import InvalidState, JobNotFound
 from .ids import job_id as mint_job_id
 from .scripts import SCRIPTS, Call
-from .types import Claim, ClaimBatch, FailOutcome, JobInfo
+from .types import Claim, ClaimBatch, FailOutcome, JobInfo, lease_of
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -39,10 +40,29 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
     return dumps(checked) if checked else b""
 
 
-def check_claim(worker_id: str, lease_ms: int, count: int) -> None:
+# How long a claim call's leased ids are remembered for a re-run of that call (a client
+# retrying after a lost reply: redis-py retries a command 10 times, backoff capped at 1 s,
+# on a server and on a cluster), at most the lease: after it the jobs are the reaper's.
+CLAIM_MEMO_MS = 60_000
+
+
+def mint_claim_id() -> str:
+    """A claim call's id: 16 random hex digits from the client. Random rather than counted
+    on the server, so a server that lost writes (a crash, a failover) never hands the
+    same one out again."""
+    return os.urandom(8).hex()
+
+
+def claim_args(
+    worker_id: str, lease_ms: int, count: int, claim_id: str | None, promote_limit: int
+) -> list[str | int]:
+    """The claim scripts' ARGV, every argument checked first."""
     checks.name("worker_id", worker_id)
     checks.integer("lease_ms", lease_ms, at_least=1)
     checks.integer("count", count, at_least=1)
+    checks.optional_name("claim_id", claim_id)
+    cid = claim_id or mint_claim_id()
+    return [worker_id, lease_ms, count, promote_limit, cid, min(lease_ms, CLAIM_MEMO_MS)]
 
 
 class Jobs:
@@ -88,31 +108,33 @@ class Jobs:
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 
-    async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
-        """Lease up to ``count`` jobs in one call, each with its own token."""
-        check_claim(worker_id, lease_ms, count)
-        return decode_batch(
-            await self._run(
-                SCRIPTS["claim"],
-                [self._keys.prefix],
-                [worker_id, lease_ms, count, self._q.settings.promote_limit],
-            )
-        )
+    async def claim_many(
+        self, worker_id: str, lease_ms: int, count: int, *, claim_id: str | None = None
+    ) -> ClaimBatch:
+        """Lease up to ``count`` jobs in one call, each with its own token.
+
+        The call is idempotent: it carries a claim id (minted here unless given), and a
+        re-run of it within ``min(lease_ms, 60 s)`` (redis-py re-sends a command whose
+        reply was lost) answers the jobs the first run leased, still held, rather than
+        leasing more. Pass the same ``claim_id`` to retry a call yourself."""
+        args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
+        return decode_batch(await self._run(SCRIPTS["claim"], [self._keys.prefix], args))
 
     def _complete_call(self, job_id: str, token: int, encoded: bytes) -> Call:
         checks.name("job_id", job_id)
-        checks.token(token)
+        attempts = checks.token(token)
         s = self._q.settings
         return (
             SCRIPTS["complete"],
             [self._keys.prefix, self._keys.job(job_id)],
             [
                 job_id,
-                token,
+                attempts,
                 encoded,
                 s.keep_completed,
                 s.keep_completed_ms,
                 s.events_maxlen,
+                lease_of(token),
             ],
         )
 
@@ -139,7 +161,7 @@ class Jobs:
         """Record a failed attempt: ``"scheduled"`` for a retry (backoff with jitter unless
         ``retry_in_ms``), ``"dead"`` when out of deliveries, ``"stale"`` when not held."""
         checks.name("job_id", job_id)
-        checks.token(token)
+        attempts = checks.token(token)
         checks.string("error", error)
         checks.optional_integer("retry_in_ms", retry_in_ms, at_least=0)
         s = self._q.settings
@@ -148,7 +170,7 @@ class Jobs:
             [self._keys.prefix, self._keys.job(job_id)],
             [
                 job_id,
-                token,
+                attempts,
                 error,
                 -1 if retry_in_ms is None else retry_in_ms,
                 random.uniform(-1.0, 1.0),
@@ -156,6 +178,7 @@ class Jobs:
                 s.backoff_cap_ms,
                 s.jitter,
                 s.events_maxlen,
+                lease_of(token),
             ],
         )
         return text(reply)  # type: ignore[return-value]
@@ -166,12 +189,12 @@ class Jobs:
 
     def _extend_call(self, job_id: str, token: int, lease_ms: int) -> Call:
         checks.name("job_id", job_id)
-        checks.token(token)
+        attempts = checks.token(token)
         checks.integer("lease_ms", lease_ms, at_least=1)
         return (
             SCRIPTS["extend"],
             [self._keys.prefix, self._keys.job(job_id)],
-            [job_id, token, lease_ms],
+            [job_id, attempts, lease_ms, lease_of(token)],
         )
 
     async def extend_many(self, items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
@@ -184,13 +207,13 @@ class Jobs:
         that worker: a caller that read the token from the row never releases another
         worker's lease."""
         checks.name("job_id", job_id)
-        checks.token(token)
+        attempts = checks.token(token)
         checks.optional_name("worker_id", worker_id)
         return bool(
             await self._run(
                 SCRIPTS["release"],
                 [self._keys.prefix, self._keys.job(job_id)],
-                [job_id, token, worker_id or ""],
+                [job_id, attempts, worker_id or "", lease_of(token)],
             )
         )
 

@@ -130,6 +130,11 @@ class Keys:
         """Hash: a worker's self-description (pid, host, …) as of its last heartbeat."""
         return f"{self.prefix}worker:{worker_id}"
 
+    def claim(self, claim_id: str) -> str:
+        """The ids one claim call leased (a JSON list, kept ``min(lease, 60 s)``): what a
+        re-run of that call (a retry after a lost reply) answers instead of leasing more."""
+        return f"{self.prefix}claim:{claim_id}"
+
     def worker_jobs(self, worker_id: str) -> str:
         """Set: the jobs a worker holds, so a lapsed worker's jobs are found without a scan."""
         return f"{self.prefix}wjobs:{worker_id}"

@@ -25,7 +25,7 @@ from . import checks
 from .codec import dumps, text
 from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
 from .ids import job_id as mint_job_id
-from .jobs import check_claim, decode_batch, encode_headers
+from .jobs import claim_args, decode_batch, encode_headers
 from .scripts import SCRIPTS
 from .types import Claim, ClaimBatch, Enqueued, JobInfo
 
@@ -46,6 +46,8 @@ class Dedup(NamedTuple):
 def _non_negative_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if value > checks.MAX_INT:
+        raise ValueError(f"{name} must be <= {checks.MAX_INT}, got {value!r}")
 
 
 def _rate(value: object) -> float:
@@ -125,10 +127,16 @@ class Lanes:
         :func:`echomq.checks.headers`. None or empty: no field is written. A replay keeps
         the original job's headers.
         """
-        if not lane:
-            raise ValueError("lane must be a non-empty string")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
+        # The job's own arguments as enqueue checks them (TypeError / ValueError); the
+        # admission arguments below answer ValueError for a wrong type too.
+        checks.name("lane", lane)
+        checks.optional_name("job_id", job_id)
+        checks.integer("max_attempts", max_attempts, at_least=1)
+        checks.integer("attempts", attempts, at_least=0)
+        if seq_scope is not None and not isinstance(seq_scope, str):
+            raise TypeError(f"seq_scope must be a str or None, got {type(seq_scope).__name__}")
+        if rate_subject is not None and not isinstance(rate_subject, str):
+            raise ValueError(f"rate_subject must be a str or None, got {rate_subject!r}")
         _non_negative_int("max_pending", max_pending)
         _non_negative_int("deadline_ms", deadline_ms)
         if load_subject is not None and (not isinstance(load_subject, str) or not load_subject):
@@ -201,16 +209,16 @@ class Lanes:
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 
-    async def claim_many(self, worker_id: str, lease_ms: int, count: int) -> ClaimBatch:
+    async def claim_many(
+        self, worker_id: str, lease_ms: int, count: int, *, claim_id: str | None = None
+    ) -> ClaimBatch:
         """Lease up to ``count`` jobs, in exactly the order ``count`` single claims would
-        take them: a batch (a consumer's prefetch) lets no job jump the fair order."""
-        check_claim(worker_id, lease_ms, count)
+        take them: a batch (a consumer's prefetch) lets no job jump the fair order.
+        Idempotent as :meth:`echomq.jobs.Jobs.claim_many` is (a re-run of the call, or
+        a call with the same ``claim_id``, answers the batch already leased)."""
+        args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
         return decode_batch(
-            await self._q.runner.run(
-                SCRIPTS["lane_claim"],
-                [self._keys.prefix],
-                [worker_id, lease_ms, count, self._q.settings.promote_limit],
-            )
+            await self._q.runner.run(SCRIPTS["lane_claim"], [self._keys.prefix], args)
         )
 
     async def depth(self, lane: str) -> int:

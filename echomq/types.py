@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Self, TypedDict
 
 from .codec import loads, number, text
 
@@ -27,15 +27,45 @@ def decode_headers(raw: bytes | str | None) -> Mapping[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+class Token(int):
+    """A fencing token: the int the contract names (the row's ``attempts`` after the claim,
+    compared, hashed and sent as that number), carrying ``lease``, the id of the claim
+    call that leased the job. ``attempts`` alone can be issued twice after data loss (a
+    claim lost with an ``everysec`` crash or an asynchronous failover: the next claim
+    bumps ``attempts`` to the same number); complete, fail, extend and release also check
+    ``lease``, minted by the client, so the old holder is refused. A bare ``int`` is still
+    accepted and checked on state and attempts only."""
+
+    lease: str
+
+    def __new__(cls, attempts: int, lease: str = "") -> Self:
+        self = super().__new__(cls, attempts)
+        self.lease = lease
+        return self
+
+    @property
+    def attempts(self) -> int:
+        return int(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Token, (int(self), self.lease))
+
+
+def lease_of(token: int) -> str:
+    """The lease id a token names ('' for a bare int)."""
+    return token.lease if isinstance(token, Token) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """One leased job. ``token`` is the fencing token: pass it back to complete, fail,
-    extend or release; it stops working the moment the job is reclaimed."""
+    extend or release; it stops working the moment the job is reclaimed. It is a
+    :class:`Token`: an ``int`` equal to the job's ``attempts``, naming its lease too."""
 
     job_id: str
     lane: str | None
     payload: Any
-    token: int
+    token: Token
     lease_until_ms: int
     seq: int | None = None
     enqueued_at_ms: int = 0
@@ -54,7 +84,7 @@ class Claim:
             job_id=text(row[0]),
             lane=lane or None,
             payload=loads(row[2]),
-            token=int(row[3]),
+            token=Token(int(row[3]), text(row[9]) if len(row) > 9 else ""),
             lease_until_ms=int(row[4]),
             seq=int(seq) if seq else None,
             enqueued_at_ms=number(row[6]),

@@ -6,14 +6,33 @@
   ARGV[2]  lease_ms        lease length; deadline = server TIME + lease_ms
   ARGV[3]  count           at most this many jobs
   ARGV[4]  promote_limit   due scheduled jobs moved back before popping
+  ARGV[5]  claim id        minted by the client per call ('' = none): names the leases
+                           (each row's `lid`, returned as the token's holder part) and lets a
+                           re-run of the same call (a retry after a lost reply) answer the
+                           batch the first run leased instead of leasing another
+  ARGV[6]  memo_ms         how long the ids leased are remembered for such a re-run
 
-  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls, headers}...}
+  Returns  {server_now, next_due | -1, {id, lane, payload, token, lease_until, seq, enqueued_at, stalls, headers, claim id}...}
+  Checks   before the first write: the worker's job set and the memo key hold what the
+           script writes there (else an error, nothing changed); every popped row is
+           checked in lease_all before any is leased
   Events   none
 ]]
 --@include common
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local claim_id, memo_ms = ARGV[5] or '', tonumber(ARGV[6] or '0')
+local refused = claim_precheck(worker, claim_id)
+if refused then return refused end
 local now = server_now()
+local replayed = claim_replay(worker, claim_id)
+if replayed then
+  -- The same call again: its first run's reply was lost. Nothing is popped or leased.
+  local out = {now, next_due()}
+  for _, claim in ipairs(replayed) do out[#out + 1] = claim end
+  redis.call('HINCRBY', K_COUNTERS, 'replayed', 1)
+  return out
+end
 promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}
@@ -22,7 +41,7 @@ local ids = {}
 for i = 1, #popped, 2 do
   ids[#ids + 1] = popped[i]
 end
-for _, claim in ipairs(lease_all(ids, worker, now, lease_ms)) do
+for _, claim in ipairs(lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)) do
   out[#out + 1] = claim
 end
 -- More work left: pass the wake token on to the next parked consumer.

@@ -9,6 +9,8 @@
   ARGV[4]  keep_count     completed rows retained (oldest trimmed beyond this, in batches)
   ARGV[5]  keep_age_ms    completed rows older than this are trimmed (in batches)
   ARGV[6]  events_maxlen  approximate cap of the events stream
+  ARGV[7]  lease id       the lease the caller holds (the claim id of its claim, the token's
+                          `lease`); '' = a bare attempts token: state and attempts only
 
   Returns  1 counted once, or already completed under this very token (a batch re-sent
            after a lost reply: nothing changes, nothing is counted twice, no second event)
@@ -18,16 +20,17 @@
 ]]
 --@include common
 
-local id, token = ARGV[1], ARGV[2]
+local id, token, lid = ARGV[1], ARGV[2], ARGV[7] or ''
 local jk = KEYS[2]
 -- One read serves the fencing check and everything the transition needs.
-local row = redis.call('HMGET', jk, 'state', 'attempts', 'lane', 'seq', 'worker')
-if row[1] == 'completed' and row[2] == token then
+local row = redis.call('HMGET', jk, 'state', 'attempts', 'lane', 'seq', 'worker', 'lid')
+local mine = lid == '' or row[6] == lid
+if row[1] == 'completed' and row[2] == token and mine then
   -- Only the holder of this token can have completed it (attempts is bumped by the next
   -- claim, and a completed job is never claimed again): the same call, repeated.
   return 1
 end
-if row[1] ~= 'active' or row[2] ~= token then
+if row[1] ~= 'active' or row[2] ~= token or not mine then
   redis.call('HINCRBY', K_REFUSED, 'complete', 1)
   return 0
 end

@@ -6,6 +6,8 @@
   ARGV[1]  job id
   ARGV[2]  token
   ARGV[3]  lease_ms   new deadline = server TIME + lease_ms
+  ARGV[4]  lease id   the lease the caller holds (the claim id of its claim, the token's
+                          `lease`); '' = a bare attempts token: state and attempts only
 
   Returns  the new lease deadline (server ms) | 0 stale: the lease is lost
   Events   none
@@ -14,7 +16,7 @@
 
 local id, token = ARGV[1], ARGV[2]
 local jk = KEYS[2]
-if not holds(jk, token) then
+if not holds(jk, token, ARGV[4]) then
   redis.call('HINCRBY', K_REFUSED, 'extend', 1)
   return 0
 end

@@ -13,6 +13,8 @@
   ARGV[7]  backoff_cap_ms the longest backoff, jitter included
   ARGV[8]  jitter_ratio   e.g. 0.2 for ±20 %
   ARGV[9]  events_maxlen
+  ARGV[10] lease id       the lease the caller holds (the claim id of its claim, the token's
+                          `lease`); '' = a bare attempts token: state and attempts only
 
   Returns  'scheduled' | 'dead' | 'stale' (nothing changed but the refusal tally)
   Events   failed {job_id, lane, error, attempts}; then dead {job_id, lane, reason} when out
@@ -22,7 +24,7 @@
 
 local id, token = ARGV[1], ARGV[2]
 local jk = KEYS[2]
-if not holds(jk, token) then
+if not holds(jk, token, ARGV[10]) then
   redis.call('HINCRBY', K_REFUSED, 'fail', 1)
   return 'stale'
 end

@@ -14,6 +14,9 @@
            stale: a caller that only read the token from the row (e.g. a consumer handing
            back the jobs a lost claim answer leased it) never releases another's lease
 
+  ARGV[4]  lease id   the lease the caller holds (the claim id of its claim, the token's
+                          `lease`); '' = a bare attempts token: state and attempts only
+
   Returns  1 back on its lane | 0 stale
   Events   none
 ]]
@@ -22,7 +25,7 @@
 local id, token = ARGV[1], ARGV[2]
 local jk = KEYS[2]
 local worker = ARGV[3]
-if not holds(jk, token)
+if not holds(jk, token, ARGV[4])
     or (worker and worker ~= '' and redis.call('HGET', jk, 'worker') ~= worker) then
   redis.call('HINCRBY', K_REFUSED, 'release', 1)
   return 0

@@ -105,3 +105,54 @@ def test_web_refuses_a_cluster_whose_replica_is_not_durable(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"codemojex: refusing redis://127.0.0.1:{replica}/"), done.stderr
     assert "noeviction" in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+async def test_a_lane_claim_whose_reply_is_lost_on_a_cluster_leases_only_what_it_answers(
+    valkey_cluster: ValkeyCluster,
+) -> None:
+    """Issue 21, item 3: redis-py's cluster client re-sends a command on ConnectionError
+    (10 times in 8.1). A proxy in front of every master drops the one reply of a
+    ``lane_claim``: the re-run used to lease a second batch (``claim_many(2)`` answered 2,
+    the worker's set held 4, the extra 2 reaped later with a stall each); it now answers
+    the first run's batch."""
+    from echomq.scripts import SCRIPTS
+    from tests.echomq.reply_proxy import Arm, ReplyDropper
+
+    arm = Arm()
+    masters = sorted({port for _, _, port, _ in valkey_cluster.slots()})
+    proxies = {p: await ReplyDropper("127.0.0.1", p, arm).start() for p in masters}
+    remap = {p: proxy.listen_port for p, proxy in proxies.items()}
+
+    def address_remap(address: tuple[str, int]) -> tuple[str, int]:
+        host, port = address
+        return ("127.0.0.1", remap[port]) if port in remap else (host, port)
+
+    direct = valkey_cluster.client()
+    via = connect(valkey_cluster.url, address_remap=address_remap)
+    name = f"lost{os.getpid()}{id(arm) % 10_000}"
+    try:
+        q, qp = echomq.Queue(direct, name), echomq.Queue(via, name)
+        for i in range(4):
+            await q.lanes.enqueue(f"l{i}", i)
+        await qp.stats()  # warm: the topology is known, through the proxies
+        node = valkey_cluster.master_of(q.keys.prefix)
+        with valkey_cluster.admin(node) as admin:
+            admin.script_load(SCRIPTS["lane_claim"].source)
+        arm.marker = SCRIPTS["lane_claim"].sha.encode()
+
+        got = await qp.lanes.claim_many("W", 60_000, 2)
+
+        assert arm.dropped == 1
+        held = {m.decode() for m in await direct.smembers(q.keys.worker_jobs("W"))}
+        assert len(got.claims) == 2 and held == {c.job_id for c in got.claims}
+        assert (await q.stats())["counters"].get("replayed") == 1
+        assert await q.jobs.complete_many([(c.job_id, c.token, None) for c in got.claims]) == [
+            True,
+            True,
+        ]
+        assert (await q.stats())["active"] == 0  # nothing left to reap, no stall to charge
+    finally:
+        await via.aclose()
+        await direct.aclose()
+        for proxy in proxies.values():
+            await proxy.stop()

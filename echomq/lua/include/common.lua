@@ -124,9 +124,18 @@ end
 
 -- A count on a job row as a number, or nil when the field holds anything HINCRBY would
 -- refuse (EchoMQ never writes such a value; a hand-edited or foreign row might).
+--
+-- A Lua number is a double: integers are exact only up to 2^53. A count at or past
+-- MAX_COUNT reads as malformed too, so the HINCRBY a claim or a stall does on it neither
+-- overflows (2^63 - 1 is where HINCRBY itself refuses) nor returns a token that differs
+-- from the row (echomq.checks.MAX_INT keeps every value the client sends far below it).
+local MAX_COUNT = 9007199254740991  -- 2^53 - 1
 local function count(v, default)
   if not v then return default end
-  if string.match(v, '^%d+$') then return tonumber(v) end
+  if string.match(v, '^%d+$') then
+    local n = tonumber(v)
+    if n < MAX_COUNT then return n end
+  end
   return nil
 end
 
@@ -146,7 +155,15 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- A claim also proves the worker alive: a registered worker's heartbeat deadline moves to
 -- now + its lapse, so an idle worker (which beats rarely, with a long deadline) that
 -- starts holding jobs is reclaimed after the short lapse if it dies.
-local function lease_all(ids, worker, now, lease_ms)
+--
+-- `claim_id` (minted by the client per call, echomq.jobs) names the leases: every leased
+-- row keeps it as `lid`, each claim tuple carries it (the token's holder part, checked by
+-- complete, fail, extend and release), and the ids leased are remembered under
+-- claim:<claim_id> for `memo_ms`, so a re-run of the same call (a client retrying after
+-- a lost reply) answers the same batch (claim_replay) instead of leasing a second one.
+local function claim_memo_key(claim_id) return PREFIX .. 'claim:' .. claim_id end
+
+local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
   local out, scored, good = {}, {}, {}
   if #ids == 0 then return out end
   local malformed, dropped = {}, 0
@@ -165,10 +182,11 @@ local function lease_all(ids, worker, now, lease_ms)
   for i, id in ipairs(good) do
     local jk = job_key(id)
     local token = redis.call('HINCRBY', jk, 'attempts', 1)
-    redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker)
+    redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker,
+      'lid', claim_id)
     local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq', 'stalls', 'headers')
     out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0',
-              row[5] or '0', row[6] or ''}
+              row[5] or '0', row[6] or '', claim_id}
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
@@ -189,9 +207,50 @@ local function lease_all(ids, worker, now, lease_ms)
     redis.call('SADD', wjobs_key(worker), unpack(good, first, last))
   end
   redis.call('HINCRBY', K_COUNTERS, 'claimed', #good)
+  if claim_id ~= '' and memo_ms > 0 then
+    redis.call('SET', claim_memo_key(claim_id), cjson.encode(good), 'PX', memo_ms)
+  end
   local lapse = tonumber(redis.call('HGET', PREFIX .. 'worker:' .. worker, 'lapse_ms') or '')
   if lapse then
     redis.call('ZADD', K_WORKERS, 'XX', now + lapse, worker)
+  end
+  return out
+end
+
+-- The checks a claim makes before its first write (promote, pops, leases): the keys it
+-- writes that a foreign value could make refuse a command half-way. Returns an error
+-- reply, or nil when the claim can go ahead.
+local function claim_precheck(worker, claim_id)
+  local wt = redis.call('TYPE', wjobs_key(worker))['ok']
+  if wt ~= 'none' and wt ~= 'set' then
+    return redis.error_reply('ERR ' .. wjobs_key(worker) .. ' is a ' .. wt .. ', not a set')
+  end
+  if claim_id ~= '' then
+    local mt = redis.call('TYPE', claim_memo_key(claim_id))['ok']
+    if mt ~= 'none' and mt ~= 'string' then
+      return redis.error_reply('ERR ' .. claim_memo_key(claim_id) .. ' is not a string')
+    end
+  end
+  return nil
+end
+
+-- The batch an earlier run of the same claim call leased, or nil when this call is new
+-- (or its memo expired). Only jobs still leased under that claim id, to that worker,
+-- come back: a job reaped or finished since is not the caller's any more. Writes nothing.
+local function claim_replay(worker, claim_id)
+  if claim_id == '' then return nil end
+  local memo = redis.call('GET', claim_memo_key(claim_id))
+  if not memo then return nil end
+  local ok, ids = pcall(cjson.decode, memo)
+  if not ok or type(ids) ~= 'table' then return nil end
+  local out = {}
+  for _, id in ipairs(ids) do
+    local row = redis.call('HMGET', job_key(id), 'state', 'lid', 'worker', 'attempts', 'lease',
+      'lane', 'payload', 'seq', 'enq', 'stalls', 'headers')
+    if row[1] == 'active' and row[2] == claim_id and row[3] == worker then
+      out[#out + 1] = {id, row[6] or '', row[7] or '', tonumber(row[4]), tonumber(row[5]),
+                       row[8] or '', row[9] or '0', row[10] or '0', row[11] or '', claim_id}
+    end
   end
   return out
 end
@@ -222,8 +281,13 @@ local function stall(id, now, maxlen, why)
   end
 end
 
--- The guard every fenced call starts with: the job is active and `token` is current.
-local function holds(jk, token)
-  local row = redis.call('HMGET', jk, 'state', 'attempts')
+-- The guard every fenced call starts with: the job is active, `token` is current and,
+-- when the caller names its lease (`lid`, the claim id its claim returned; '' = a bare
+-- attempts token), the lease is that one. attempts alone can be issued twice after data
+-- loss (a claim lost with an `everysec` crash or an asynchronous failover: the next claim
+-- bumps attempts to the same number); the claim id is minted by the client, so it never is.
+local function holds(jk, token, lid)
+  local row = redis.call('HMGET', jk, 'state', 'attempts', 'lid')
   return row[1] == 'active' and row[2] == token
+    and (lid == nil or lid == '' or row[3] == lid)
 end
