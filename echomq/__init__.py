@@ -66,7 +66,7 @@ from .lanes import Dedup
 from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .settings import Settings
-from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, WorkerInfo
+from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, Token, WorkerInfo
 
 __all__ = [
     "TRANSIENT",
@@ -95,6 +95,7 @@ __all__ = [
     "Retry",
     "ServerError",
     "Settings",
+    "Token",
     "Unavailable",
     "WorkerInfo",
     "branded",
