@@ -54,7 +54,10 @@ def bad_values(kind: str) -> st.SearchStrategy[Any]:
     drop_none = (lambda v: v is not None) if optional else (lambda v: True)
     if base.startswith("int"):
         low = base.partition(">=")[2]
-        out = _NOT_INT.filter(drop_none)
+        # past what the scripts hold exactly (issue 21, item 4: attempts = 2^63 - 1)
+        out = st.one_of(
+            _NOT_INT.filter(drop_none), st.integers(min_value=echomq.checks.MAX_INT + 1)
+        )
         return st.one_of(out, st.integers(max_value=int(low) - 1)) if low else out
     if base == "name":
         return st.one_of(_NOT_STR.filter(drop_none), st.just(""))
@@ -152,6 +155,19 @@ def calls(job: str, token: int) -> list[Call]:
                 "max_attempts": ("int>=1", 3),
             },
             lambda q, a: q.lanes.enqueue(a.pop("lane"), a.pop("payload"), **a),
+        ),
+        Call(
+            "lanes.submit",
+            {
+                "lane": ("name", "l"),
+                "payload": ("json", {"p": 3}),
+                "job_id": ("name?", None),
+                "max_attempts": ("int>=1", 3),
+                "attempts": ("int>=0", 0),
+                "max_pending": ("int>=0", 0),
+                "deadline_ms": ("int>=0", 0),
+            },
+            lambda q, a: q.lanes.submit(a.pop("lane"), a.pop("payload"), **a),
         ),
         Call(
             "lanes.claim",
