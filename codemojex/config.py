@@ -79,6 +79,10 @@ class Config:
     length: int = DEFAULT_LENGTH
     palette: tuple[str, ...] = DEFAULT_PALETTE
     lease_ms: int = 10_000
+    # A scoring handler still running after this long is cancelled and its guess failed
+    # ("timed out", retried with backoff); 0 = no limit. Scoring takes milliseconds, but a
+    # handler may wait its SQL batch out: SQLite's busy timeout (5 s) twice, behind another.
+    score_timeout_ms: int = 60_000
     lapse_ms: int = 3_000  # heartbeat lapse after which a worker's jobs are reclaimed
     reap_interval_ms: int = 1_000
     # Handlers per worker process. The handlers' SQL writes share commits (GroupCommit), so a

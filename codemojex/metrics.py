@@ -149,7 +149,9 @@ class _WorkerCollector(Collector):
         jobs = CounterMetricFamily(
             "codemojex_worker_jobs",
             "Outcomes of this worker's claimed jobs: completed, failed, stale (refused by "
-            "fencing), lost (lease lost mid-score), released (handed back at stop)",
+            "fencing), lost (lease lost mid-score), released (handed back: at stop, or its "
+            "database unreachable), unavailable (handed back because the database could not "
+            "be reached), timed_out (scoring past the time limit, also counted as failed)",
             labels=["outcome"],
         )
         outcomes = {
@@ -158,10 +160,26 @@ class _WorkerCollector(Collector):
             "stale": consumer.stale,
             "lost": consumer.lost,
             "released": consumer.released,
+            "unavailable": consumer.unavailable,
+            "timed_out": consumer.timed_out,
         }
         for outcome, count in outcomes.items():
             jobs.add_metric([outcome], count)
         yield jobs
+        state = GaugeMetricFamily(
+            "codemojex_worker_state",
+            "1 for the state this worker is in: idle, scoring, or waiting (its database "
+            "cannot be reached; it claims nothing until it answers)",
+            labels=["state"],
+        )
+        now = (
+            "waiting"
+            if consumer.waiting
+            else ("scoring" if scorer is not None and scorer.current else "idle")
+        )
+        for name in ("idle", "scoring", "waiting"):
+            state.add_metric([name], 1 if name == now else 0)
+        yield state
         held = GaugeMetricFamily("codemojex_worker_in_flight", "Jobs this worker holds now")
         held.add_metric([], len(consumer.in_flight))
         yield held

@@ -10,14 +10,24 @@ The handlers of one worker share a :class:`~codemojex.store.GroupCommit`: the gu
 they score at the same time are written in one transaction (one fsync, a handful of
 statements per batch), and each handler returns — so its job is completed — only after
 the batch holding its score committed.
+
+When the database cannot be reached (PostgreSQL down or restarting: a refused or dropped
+connection, "the database system is starting up", an administrator's shutdown; SQLite
+still locked past its busy timeout), the handler raises :class:`echomq.Unavailable`: the
+guess goes back to its lane with no delivery spent and no failure counted, and the worker
+claims nothing more until the database answers (the consumer probes with one guess at a
+time, backing off up to a second). Any other SQL error fails the attempt as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
@@ -25,6 +35,44 @@ from codemojex import store, tracing
 from codemojex.crashpoints import maybe_crash
 from codemojex.rounds import Rounds
 from codemojex.rules import feedback, points_for
+
+try:  # the PostgreSQL driver; SQLite deployments may not have it
+    import asyncpg  # type: ignore[import-untyped]
+
+    _PG_DOWN: tuple[type[BaseException], ...] = (
+        asyncpg.PostgresConnectionError,  # SQLSTATE class 08
+        asyncpg.CannotConnectNowError,  # 57P03: starting up, shutting down
+        asyncpg.AdminShutdownError,  # 57P01: pg_ctl stop -m fast
+        asyncpg.CrashShutdownError,  # 57P02
+        asyncpg.TooManyConnectionsError,  # 53300
+        asyncpg.ConnectionDoesNotExistError,
+    )
+except ImportError:  # pragma: no cover - asyncpg is a dependency today
+    _PG_DOWN = ()
+
+# What SQLite says when another connection holds the lock past the busy timeout, or the
+# file cannot be opened (a volume not mounted yet).
+_SQLITE_DOWN = ("database is locked", "database table is locked", "unable to open database")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the database cannot be reached right now,
+    rather than that this write is wrong: the guess should wait, not fail."""
+    todo: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, DBAPIError) and e.connection_invalidated:
+            return True  # SQLAlchemy saw the connection drop
+        if isinstance(e, (OSError, TimeoutError, PoolTimeout, *_PG_DOWN)):
+            return True  # refused, reset, unreachable, timed out, shut down
+        if isinstance(e, sqlite3.OperationalError) and any(m in str(e) for m in _SQLITE_DOWN):
+            return True
+        todo += [getattr(e, "orig", None), e.__cause__, e.__context__]
+    return False
 
 
 class ScoreWorker:
@@ -50,6 +98,11 @@ class ScoreWorker:
         self.current[claim.job_id] = claim.lease_until_ms
         try:
             return await self._score(claim)
+        except Exception as e:
+            if unreachable(e):
+                reason = f"the database is unreachable ({type(e).__name__}: {e})"
+                raise echomq.Unavailable(reason[:300]) from e
+            raise
         finally:
             self.current.pop(claim.job_id, None)
 

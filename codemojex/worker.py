@@ -138,6 +138,9 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         lapse_ms=config.lapse_ms,
         reap_interval_ms=config.reap_interval_ms,
         meta=scorer.meta,
+        # A guess whose scoring hangs is failed and retried, not held for ever; a database
+        # that cannot be reached makes the handler raise Unavailable (see ScoreWorker).
+        timeout_ms=config.score_timeout_ms or None,
     )
     rounds = echomq.Consumer(
         game.rounds.queue,

@@ -55,6 +55,7 @@ from .errors import TRANSIENT, Retry, Unavailable
 from .ids import worker_id as mint_worker_id
 from .jobs import encode_result
 from .queue import Queue
+from .stalled import pulse_gap_ms
 from .types import Claim, ClaimBatch
 
 log = logging.getLogger("echomq.consumer")
@@ -316,6 +317,9 @@ class Consumer:
         # The reaper lock outlives the longest pause between two turns of its holder by
         # one reap interval: a holder that dies is replaced within lapse + reap interval.
         self.reap_lock_ms = max(reap_interval_ms, lapse_ms) + reap_interval_ms
+        # The longest silence of the server a live queue leaves (beats and reap calls):
+        # a longer one is an outage and every holder gets a lapse (stalled.pulse_gap_ms).
+        self.pulse_gap_ms = pulse_gap_ms(lapse_ms, heartbeat_ms, reap_interval_ms)
         self.grace_ms = lease_ms if grace_ms is None else grace_ms
         self.reaper = reaper
         self.meta = meta
@@ -471,7 +475,11 @@ class Consumer:
         # at a time until a claim comes back clean. (With 32 slots, a kill storm's reaped
         # jobs were otherwise leased and released about six times each.)
         careful = False
-        probes = Backoff(first=min(0.1, self.probe_max_ms / 1000), cap=self.probe_max_ms / 1000)
+        # Probes: 0.1, 0.2, 0.4 ... s up to probe_max_ms, each drawn in [half, all] of that
+        # (spread out, yet never so early that a long wait probes in a flurry).
+        probes = Backoff(
+            first=min(0.1, self.probe_max_ms / 1000), cap=self.probe_max_ms / 1000, jitter=False
+        )
         epoch = self._epoch
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
@@ -548,7 +556,8 @@ class Consumer:
         """While a dependency is down: True when one job may be claimed as the probe,
         False to look again (the wait ended, or a probe of ``self.probe`` ran)."""
         if self.probe is not None:
-            await self._until(asyncio.sleep(probes.next_delay()), self._resumed)
+            pause = probes.next_delay() * random.uniform(0.5, 1.0)
+            await self._until(asyncio.sleep(pause), self._resumed)
             if self._outage is None or self._stopping.is_set():
                 return False
             epoch = self._epoch
@@ -566,7 +575,8 @@ class Consumer:
             self._room.clear()
             await self._until(self._room.wait(), self._resumed)
             return False
-        await self._until(asyncio.sleep(probes.next_delay()), self._resumed)
+        pause = probes.next_delay() * random.uniform(0.5, 1.0)
+        await self._until(asyncio.sleep(pause), self._resumed)
         return self._outage is not None and not self._stopping.is_set()
 
     def _enter_outage(self, started: float, error: Unavailable) -> None:
@@ -1136,7 +1146,11 @@ class Consumer:
         if self._outage is not None:
             meta["state"] = "waiting"  # whatever the handler's side says: we claim nothing
         _, applied = await self.queue.beat(
-            self.worker_id, self.lapse_ms, meta, idle_lapse_ms=self.idle_lapse_ms
+            self.worker_id,
+            self.lapse_ms,
+            meta,
+            idle_lapse_ms=self.idle_lapse_ms,
+            gap_ms=self.pulse_gap_ms,
         )
         return applied
 
@@ -1160,6 +1174,7 @@ class Consumer:
                     self.reap_lock_ms,
                     horizon_ms=self.lapse_ms,
                     margin_ms=self.reap_interval_ms,
+                    gap_ms=self.pulse_gap_ms,
                 )
                 trouble.ok()
                 for job_id in sweep.moved:

@@ -224,6 +224,19 @@ class PartitionedConsumer:
         return sum(c.released for c in self.consumers)
 
     @property
+    def timed_out(self) -> int:
+        return sum(c.timed_out for c in self.consumers)
+
+    @property
+    def unavailable(self) -> int:
+        return sum(c.unavailable for c in self.consumers)
+
+    @property
+    def waiting(self) -> bool:
+        """True while any partition's consumer waits for a dependency to answer."""
+        return any(c.waiting for c in self.consumers)
+
+    @property
     def concurrency(self) -> int:
         return sum(c.concurrency for c in self.consumers)
 
