@@ -22,7 +22,7 @@
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local claim_id, memo_ms = ARGV[5] or '', tonumber(ARGV[6] or '0')
-local refused = claim_precheck(worker, claim_id)
+local refused = claim_precheck(worker)
 if refused then return refused end
 local now = server_now()
 local replayed = claim_replay(worker, claim_id)

@@ -223,3 +223,14 @@ async def test_a_bare_int_token_is_checked_on_state_and_attempts(q: echomq.Queue
     assert await q.jobs.extend(c.job_id, int(c.token), LEASE_MS) is True
     assert await q.jobs.complete(c.job_id, 2) is False
     assert await q.jobs.complete(c.job_id, int(c.token)) is True
+
+
+async def test_a_claim_whose_memo_key_holds_a_foreign_value_changes_nothing(
+    q: echomq.Queue,
+) -> None:
+    await _lanes_of_four(q)
+    await q.conn.rpush(q.keys.claim("c9"), "x")
+    before = await snapshot(q)
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await q.lanes.claim_many("W", LEASE_MS, 4, claim_id="c9")
+    assert await snapshot(q) == before

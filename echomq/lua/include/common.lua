@@ -217,19 +217,14 @@ local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
   return out
 end
 
--- The checks a claim makes before its first write (promote, pops, leases): the keys it
--- writes that a foreign value could make refuse a command half-way. Returns an error
--- reply, or nil when the claim can go ahead.
-local function claim_precheck(worker, claim_id)
+-- The check a claim makes before its first write (promote, pops, leases): the worker's
+-- job set, the one key named by the caller that a foreign value could make refuse SADD
+-- after the batch was popped. (The memo key is read by claim_replay's GET, which refuses
+-- a foreign type before any write too.) Returns an error reply, or nil.
+local function claim_precheck(worker)
   local wt = redis.call('TYPE', wjobs_key(worker))['ok']
   if wt ~= 'none' and wt ~= 'set' then
     return redis.error_reply('ERR ' .. wjobs_key(worker) .. ' is a ' .. wt .. ', not a set')
-  end
-  if claim_id ~= '' then
-    local mt = redis.call('TYPE', claim_memo_key(claim_id))['ok']
-    if mt ~= 'none' and mt ~= 'string' then
-      return redis.error_reply('ERR ' .. claim_memo_key(claim_id) .. ' is not a string')
-    end
   end
   return nil
 end
