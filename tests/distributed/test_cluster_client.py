@@ -143,7 +143,7 @@ async def test_a_lane_claim_whose_reply_is_lost_on_a_cluster_leases_only_what_it
         got = await qp.lanes.claim_many("W", 60_000, 2)
 
         assert arm.dropped == 1
-        held = {m.decode() for m in await direct.smembers(q.keys.worker_jobs("W"))}
+        held = {echomq.codec.text(m) for m in await direct.smembers(q.keys.worker_jobs("W"))}
         assert len(got.claims) == 2 and held == {c.job_id for c in got.claims}
         assert (await q.stats())["counters"].get("replayed") == 1
         assert await q.jobs.complete_many([(c.job_id, c.token, None) for c in got.claims]) == [

@@ -60,7 +60,7 @@ async def test_a_claim_whose_reply_is_lost_leases_only_what_the_caller_gets(
         got = await side.claim_many("W", LEASE_MS, 2)
 
         assert proxy.arm.dropped == 1  # the first run's reply was lost, the call re-sent
-        held = {m.decode() for m in await direct.smembers(q.keys.worker_jobs("W"))}
+        held = {echomq.codec.text(m) for m in await direct.smembers(q.keys.worker_jobs("W"))}
         assert len(got.claims) == 2
         assert held == {c.job_id for c in got.claims}  # before the fix: 4 held, 2 known
         assert await direct.zcard(q.keys.active) == 2
