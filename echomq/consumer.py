@@ -55,6 +55,7 @@ from .errors import TRANSIENT, Retry, Unavailable
 from .ids import worker_id as mint_worker_id
 from .jobs import encode_result
 from .queue import Queue
+from .stalled import pulse_gap_ms
 from .types import Claim, ClaimBatch
 
 log = logging.getLogger("echomq.consumer")
@@ -316,6 +317,9 @@ class Consumer:
         # The reaper lock outlives the longest pause between two turns of its holder by
         # one reap interval: a holder that dies is replaced within lapse + reap interval.
         self.reap_lock_ms = max(reap_interval_ms, lapse_ms) + reap_interval_ms
+        # The longest silence of the server a live queue leaves (beats and reap calls):
+        # a longer one is an outage and every holder gets a lapse (stalled.pulse_gap_ms).
+        self.pulse_gap_ms = pulse_gap_ms(lapse_ms, heartbeat_ms, reap_interval_ms)
         self.grace_ms = lease_ms if grace_ms is None else grace_ms
         self.reaper = reaper
         self.meta = meta
@@ -1142,7 +1146,11 @@ class Consumer:
         if self._outage is not None:
             meta["state"] = "waiting"  # whatever the handler's side says: we claim nothing
         _, applied = await self.queue.beat(
-            self.worker_id, self.lapse_ms, meta, idle_lapse_ms=self.idle_lapse_ms
+            self.worker_id,
+            self.lapse_ms,
+            meta,
+            idle_lapse_ms=self.idle_lapse_ms,
+            gap_ms=self.pulse_gap_ms,
         )
         return applied
 
@@ -1166,6 +1174,7 @@ class Consumer:
                     self.reap_lock_ms,
                     horizon_ms=self.lapse_ms,
                     margin_ms=self.reap_interval_ms,
+                    gap_ms=self.pulse_gap_ms,
                 )
                 trouble.ok()
                 for job_id in sweep.moved:

@@ -114,10 +114,14 @@ class Queue:
         ttl_ms: int = 3_600_000,
         *,
         idle_lapse_ms: int | None = None,
+        gap_ms: int = 0,
     ) -> tuple[int, int]:
         """``heartbeat``, returning ``(server now, the lapse applied)``: the short one
-        while the worker holds jobs, the idle one while it holds none."""
+        while the worker holds jobs, the idle one while it holds none. ``gap_ms`` > 0: the
+        beat joins the queue's pulse, and the first beat or reap call after a longer
+        silence of the server gives every holder a lapse (lua/include/pulse.lua)."""
         checks.name("worker_id", worker_id)
+        checks.integer("gap_ms", gap_ms, at_least=0)
         checks.integer("lapse_ms", lapse_ms, at_least=1)
         checks.integer("ttl_ms", ttl_ms, at_least=1)
         checks.optional_integer("idle_lapse_ms", idle_lapse_ms, at_least=lapse_ms)
@@ -129,7 +133,15 @@ class Queue:
         now, applied = await self.runner.run(
             SCRIPTS["heartbeat"],
             [self.keys.prefix, self.keys.worker(worker_id)],
-            [worker_id, lapse_ms, ttl_ms, idle_lapse_ms or lapse_ms, *flat],
+            [
+                worker_id,
+                lapse_ms,
+                ttl_ms,
+                idle_lapse_ms or lapse_ms,
+                gap_ms,
+                self.settings.events_maxlen,
+                *flat,
+            ],
         )
         return int(now), int(applied)
 

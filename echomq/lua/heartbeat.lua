@@ -13,13 +13,24 @@
                           reclaims them
   ARGV[3]  ttl_ms         how long the description outlives the last beat
   ARGV[4]  idle_lapse_ms  while it holds none (>= lapse_ms)
-  ARGV[5..] field, value pairs (pid, host, …), stored on the worker hash
+  ARGV[5]  gap_ms         outage detection (0 = off, include/pulse.lua): the beat adds
+                          itself to the queue's pulse, and the first beat after a gap
+                          longer than gap_ms gives every holder lapse_ms from now (a beat
+                          landing first after a freeze must not hide the freeze from
+                          the reaper, whose call may come right after it)
+  ARGV[6]  events_maxlen
+  ARGV[7..] field, value pairs (pid, host, …), stored on the worker hash
 
   Returns  {server now (ms), the lapse applied (ms)}
 ]]
 --@include common
+--@include pulse
 
 local now = server_now()
+local gap = tonumber(ARGV[5] or '0') or 0
+if gap > 0 then
+  pulse(now, gap, tonumber(ARGV[2]), ARGV[6], ARGV[1])
+end
 local lapse = ARGV[2]
 if redis.call('EXISTS', wjobs_key(ARGV[1])) == 0 then
   lapse = ARGV[4]
@@ -27,8 +38,8 @@ end
 redis.call('ZADD', K_WORKERS, now + tonumber(lapse), ARGV[1])
 redis.call('HSET', KEYS[2], 'beat', now, 'lapse_ms', ARGV[2])
 redis.call('HDEL', KEYS[2], 'lapsed', 'stopped')
-if #ARGV > 4 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+if #ARGV > 6 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {now, tonumber(lapse)}

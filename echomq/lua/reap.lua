@@ -9,7 +9,8 @@
 
   With a reaper id (ARGV[3]) the call first takes or renews the queue's reaper lock
   (SET NX PX): one reaper per queue, whatever the number of consumer processes. A caller
-  that does not hold the lock changes nothing and learns when the lock may free up; the
+  that does not hold the lock reaps nothing (it only adds its call to the queue's pulse,
+  below) and learns when to call again: when the lock may free up; the
   holder learns how long nothing can come due, so an idle queue is reaped rarely.
 
   KEYS[1]  prefix   "emq:{q}:"
@@ -20,61 +21,61 @@
   ARGV[4]  lock_ms        how long the lock outlives this call
   ARGV[5]  horizon_ms     the longest wait reported: a job claimed after this call can
                           come due no sooner than its holder's heartbeat lapse
-  ARGV[6]  margin_ms      with a reaper id: outage detection (0 = off), below
+  ARGV[6]  margin_ms      unused (kept for the argument layout)
+  ARGV[7]  gap_ms         outage detection (0 = off): include/pulse.lua. Every call
+                          records the server time it ran at, a non-holder's too, and
+                          the first beat or call after a gap longer than gap_ms gives
+                          every holder horizon_ms from now before anyone is judged.
+                          While anything is active, every caller is told to call again
+                          within gap_ms / 2, so a live queue never leaves such a gap.
 
-  An outage: no reaper reached Valkey for longer than a live queue ever leaves between two
-  sweeps (Valkey down, frozen or cut off): the same holder sweeps at least once per
-  horizon, and a successor takes over within the lock's time, each + margin_ms. Heartbeats and lease renewals
-  could not land during it either, so a deadline that passed then says nothing about its
-  holder: before judging anyone, every heartbeat deadline and lease deadline before now +
-  horizon moves to now + horizon. A holder that is alive beats and renews within that
-  lapse; one that died meanwhile is reaped after it, its stall counted as usual. No stall
-  is charged to a job for the outage itself.
+  Why this is sound: a worker is reaped only when its deadline passed and no gap longer
+  than gap_ms (< lapse - heartbeat) came since its last beat, or a full horizon of running
+  time passed after the last such gap. Its next beat was due within a heartbeat of the
+  last one; with no long gap the server took commands all along, so the beat would have
+  landed before the deadline (a freeze <= gap_ms leaves lapse - heartbeat - gap_ms of
+  slack for the burst of queued commands); after a long gap, every holder's queued or
+  retried beat has a whole lapse to land. So a worker whose beats stopped is dead or
+  frozen itself, never the victim of the server's own silence.
 
   Returns  {leader, wait_ms, moved id...}
              leader   1 reaped (the lock is ours, or no lock asked) | 0 another reaper
-                      holds the lock: nothing changed
+                      holds the lock: nothing reaped
              wait_ms  leader: until the earliest lease deadline, heartbeat deadline or due
-                      time (at most horizon_ms, at least 0); else the lock's remaining time
+                      time (at most horizon_ms, at least 0); else the lock's remaining time;
+                      either at most gap_ms / 2 while anything is active
            then the ids moved (to their lane, or to dead when out of deliveries)
   Events   reaped {job_id, lane, why}; dead {job_id, lane, reason} when out of deliveries;
-           outage {quiet_ms} when a sweep finds one (counter `outages`)
+           outage {quiet_ms} when a call finds one (counter `outages`)
 ]]
 --@include common
+--@include pulse
 
 local limit, maxlen = tonumber(ARGV[1]), ARGV[2]
 local reaper = ARGV[3] or ''
+local horizon, gap = tonumber(ARGV[5] or '0'), tonumber(ARGV[7] or '0')
 local K_REAPER = PREFIX .. 'reaper'
+local now = server_now()
+if gap > 0 then
+  pulse(now, gap, horizon, maxlen, reaper)
+end
+-- While anything is active, no caller waits longer than gap / 2: the pulse stays dense
+-- enough that only an outage leaves a gap (the reaper, and those waiting to take over).
+local beat_ms = nil
+if gap > 0 and redis.call('ZCARD', K_ACTIVE) > 0 then
+  beat_ms = math.max(1, math.floor(gap / 2))
+end
 if reaper ~= '' then
   local holder = redis.call('GET', K_REAPER)
   if holder and holder ~= reaper then
-    return {0, math.max(0, redis.call('PTTL', K_REAPER))}
+    local ttl = math.max(0, redis.call('PTTL', K_REAPER))
+    if beat_ms then ttl = math.min(ttl, beat_ms) end
+    return {0, ttl}
   end
   redis.call('SET', K_REAPER, reaper, 'PX', ARGV[4])
 end
 
-local now = server_now()
 promote(now, limit)
-
-if reaper ~= '' then
-  local K_SWEPT = PREFIX .. 'swept'
-  local prev = redis.call('HMGET', K_SWEPT, 'at', 'by')
-  local last, margin = tonumber(prev[1] or ''), tonumber(ARGV[6] or '0')
-  local expected = tonumber(prev[2] == reaper and ARGV[5] or ARGV[4]) + margin
-  redis.call('HSET', K_SWEPT, 'at', now, 'by', reaper)
-  if last and margin > 0 and now - last > expected then
-    local until_ms = now + tonumber(ARGV[5] or '0')
-    for _, worker in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', '(' .. until_ms)) do
-      redis.call('ZADD', K_WORKERS, until_ms, worker)
-    end
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', '(' .. until_ms)) do
-      redis.call('ZADD', K_ACTIVE, until_ms, id)
-      redis.call('HSET', job_key(id), 'lease', until_ms)
-    end
-    redis.call('HINCRBY', K_COUNTERS, 'outages', 1)
-    emit(maxlen, 'type', 'outage', 'quiet_ms', now - last)
-  end
-end
 
 local out = {1, 0}
 local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
@@ -108,7 +109,8 @@ end
 
 -- When the next reap could move anything: the earliest lease deadline, heartbeat deadline
 -- or due time (a batch cut short by `limit` is due at once).
-local next_ms = now + tonumber(ARGV[5] or '0')
+local next_ms = now + horizon
+if beat_ms then next_ms = math.min(next_ms, now + beat_ms) end
 for _, key in ipairs({K_ACTIVE, K_WORKERS, K_SCHEDULED}) do
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #first > 0 then next_ms = math.min(next_ms, tonumber(first[2])) end

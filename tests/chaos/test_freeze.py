@@ -1,0 +1,213 @@
+"""A frozen Valkey (SIGSTOP/SIGCONT on valkey-server) never costs a live worker its jobs
+(issue 21, item 2), and a worker that really died during or around a freeze still has its
+jobs back within a lapse and a few seconds of the server answering again.
+
+Production timings (lease 10 s, lapse 3 s, reap interval 1 s, a beat every second), worker
+processes with the game's client settings (socket timeout 5 s, redis-py's retry backoff),
+handlers that never return: every job stays held by a live worker all along, so any reap
+of one is a false reclaim. Before the fix, a freeze just past the lapse (about 4-5 s)
+reaped all of them: the threshold of the outage detection (a gap in the reaper's sweeps
+longer than lapse + reap interval, or the lock's time + reap interval) sat above the
+moment a deadline could first pass (lapse - heartbeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+import echomq
+from echomq.server import EmbeddedValkey
+from tests.chaos import harness
+from tests.chaos.harness import Figures, Pool, Zygote, wait_until
+
+pytestmark = pytest.mark.chaos
+
+LEASE_MS, LAPSE_MS, REAP_MS = 10_000, 3_000, 1_000
+# 1-6 s in 0.5 s steps, then long ones; CODEMOJEX_FREEZES="4,4.5" picks others.
+FREEZES = [x / 2 for x in range(2, 13)] + [10.0, 20.0, 30.0]
+if os.environ.get("CODEMOJEX_FREEZES"):
+    FREEZES = [float(x) for x in os.environ["CODEMOJEX_FREEZES"].split(",")]
+SETTLE_S = (LAPSE_MS + REAP_MS) / 1000 + 0.3  # a false reap shows within this
+
+
+def _pool(zygote: Zygote, tmp: Path, q: echomq.Queue, url: str, name: str, **args: object) -> Pool:
+    return Pool(
+        zygote,
+        tmp / name,
+        role="consumer",
+        prefix=name,
+        args={
+            "url": url,
+            "queue": q.name,
+            "note": str(tmp / f"{name}.notes"),
+            "mode": "hang",
+            "lease_ms": LEASE_MS,
+            "lapse_ms": LAPSE_MS,
+            "reap_interval_ms": REAP_MS,
+            **args,
+        },
+    )
+
+
+def _starts(note: Path) -> list[tuple[str, int]]:
+    if not note.exists():
+        return []
+    out = []
+    for line in note.read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["start"]:
+            out.append((parts[1], int(parts[2])))
+    return out
+
+
+async def _count(note: Path, n: int) -> bool:
+    return len(_starts(note)) >= n
+
+
+async def _counter(q: echomq.Queue, name: str) -> int:
+    return int((await q.stats())["counters"].get(name, 0))
+
+
+async def _freeze(valkey: EmbeddedValkey, seconds: float) -> float:
+    """Valkey stopped for ``seconds``; returns the wall clock (ms) of its resumption."""
+    assert valkey.pid is not None
+    os.kill(valkey.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        os.kill(valkey.pid, signal.SIGCONT)
+    return time.time() * 1000
+
+
+@pytest.mark.timeout(300)  # 14 freezes back to back, 98.5 s frozen in all: about 2.5 min
+async def test_no_freeze_from_1_to_30_s_reclaims_a_live_workers_job(
+    valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool], figures: Figures
+) -> None:
+    conn = redis.asyncio.Redis.from_url(valkey.url)
+    q = echomq.Queue(conn, "frozen")
+    pool = _pool(zygote, tmp_path, q, valkey.url, "L", concurrency=6)
+    pools.append(pool)
+    note = tmp_path / "L.notes"
+    rows: list[dict[str, object]] = []
+    try:
+        workers = [pool.spawn(), pool.spawn()]
+        for w in workers:
+            await wait_until(functools.partial(harness.registered, q, w.worker_id), 10, "up")
+        jobs = [await q.lanes.enqueue(f"l{i}", {"i": i}) for i in range(12)]
+        await wait_until(functools.partial(_count, note, 12), 20, "12 jobs held")
+        for d in FREEZES:
+            await asyncio.sleep(random.uniform(0, 1))  # any phase of beats and sweeps
+            before = await _counter(q, "outages")
+            await _freeze(valkey, d)
+            await asyncio.sleep(SETTLE_S)
+            reaped = await _counter(q, "reaped")
+            rows.append(
+                {
+                    "freeze_s": d,
+                    "outage_seen": await _counter(q, "outages") - before,
+                    "reaped_so_far": reaped,
+                    "deliveries": len(_starts(note)),
+                }
+            )
+        assert pool.live() == workers  # neither process died
+        infos = [await q.jobs.get(j) for j in jobs]
+    finally:
+        await pool.stop_all()
+        await conn.aclose()
+    figures.record(
+        "issue 21 Valkey freeze sweep",
+        freezes_s=FREEZES,
+        outages_seen=[r["outage_seen"] for r in rows],
+        reaped=rows[-1]["reaped_so_far"] if rows else None,
+        deliveries=len(_starts(note)),
+    )
+    bad = [r for r in rows if r["reaped_so_far"] or r["deliveries"] != 12]
+    assert not bad, f"live jobs reclaimed after a freeze: {bad}"
+    for info in infos:
+        assert info is not None and info.state == "active", info
+        assert info.attempts == 1 and info.stalls == 0, info
+
+
+async def test_a_worker_killed_around_a_freeze_is_still_reaped_in_a_lapse(
+    valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool], figures: Figures
+) -> None:
+    """Live workers hold every slot they have; a victim (no reaper) holds two more jobs
+    and is SIGKILLed mid-freeze, just before a freeze, or just after one. Its jobs come
+    back within lapse + reap interval + 1.5 s of the later of its death and the server's
+    resumption, and nobody else's job is touched."""
+    conn = redis.asyncio.Redis.from_url(valkey.url)
+    q = echomq.Queue(conn, "victim")
+    live = _pool(zygote, tmp_path, q, valkey.url, "L", concurrency=4)
+    victims = _pool(zygote, tmp_path, q, valkey.url, "V", concurrency=2, reaper=False)
+    pools += [live, victims]
+    vnote = tmp_path / "V.notes"
+    delays: list[dict[str, object]] = []
+    try:
+        for _ in range(2):
+            w = live.spawn()
+            await wait_until(functools.partial(harness.registered, q, w.worker_id), 10, "up")
+        held = [await q.lanes.enqueue(f"l{i}", {"i": i}) for i in range(8)]
+        await wait_until(functools.partial(_count, tmp_path / "L.notes", 8), 20, "8 held")
+        victim_jobs = [await q.lanes.enqueue(f"v{i}", {"v": i}) for i in range(2)]
+        for n, (case, freeze_s) in enumerate(
+            (("killed mid-freeze", 5.0), ("killed 0.5 s before", 4.0), ("killed after", 4.0))
+        ):
+            v = victims.spawn()
+            await wait_until(functools.partial(_count, vnote, 2 * (n + 1)), 20, "victim holds")
+            await asyncio.sleep(1.2)  # a beat or so
+            reaped_before = await _counter(q, "reaped")
+            assert valkey.pid is not None
+            if case == "killed 0.5 s before":
+                victims.kill(v)
+                killed = time.time() * 1000
+                await asyncio.sleep(0.5)
+                resumed = await _freeze(valkey, freeze_s)
+            elif case == "killed mid-freeze":
+                os.kill(valkey.pid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(freeze_s / 2)
+                    victims.kill(v)
+                    killed = time.time() * 1000
+                    await asyncio.sleep(freeze_s / 2)
+                finally:
+                    os.kill(valkey.pid, signal.SIGCONT)
+                resumed = time.time() * 1000
+            else:
+                resumed = await _freeze(valkey, freeze_s)
+                await asyncio.sleep(0.3)
+                victims.kill(v)
+                killed = time.time() * 1000
+
+            async def both_reaped(base: int = reaped_before) -> bool:
+                return await _counter(q, "reaped") >= base + 2
+
+            await wait_until(both_reaped, 20, f"{case}: the victim's jobs reaped")
+            events: Any = await conn.xrevrange(q.keys.events, count=50)
+            at = max(
+                int(eid.decode().split("-")[0])
+                for eid, f in events
+                if f.get(b"type") == b"reaped" and f.get(b"job_id", b"").decode() in victim_jobs
+            )
+            start = max(killed, resumed)
+            delays.append(
+                {"case": case, "freeze_s": freeze_s, "reaped_after_ms": round(at - start)}
+            )
+            assert at - start <= LAPSE_MS + REAP_MS + 1_500, delays[-1]
+        infos = [await q.jobs.get(j) for j in held]
+    finally:
+        await live.stop_all()
+        await victims.stop_all()
+        await conn.aclose()
+    figures.record("issue 21 dead worker around a freeze", cases=delays)
+    for info in infos:  # the live workers' jobs: never reclaimed
+        assert info is not None and info.state == "active" and info.stalls == 0, info
