@@ -234,3 +234,59 @@ async def test_a_claim_whose_memo_key_holds_a_foreign_value_changes_nothing(
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await q.lanes.claim_many("W", LEASE_MS, 4, claim_id="c9")
     assert await snapshot(q) == before
+
+
+async def test_a_consumer_whose_claim_reply_is_lost_charges_no_stall(
+    valkey_url: str, queue_name: str
+) -> None:
+    """End to end: a Consumer (concurrency 2, batch 2, lease 1 s, reaping every 100 ms)
+    through the proxy, one claim reply dropped. Before the fix the re-run leased 2 more
+    jobs the consumer never heard of; they waited out their lease and were reaped, a stall
+    charged to each, and delivered again."""
+    import asyncio
+
+    parts = urlsplit(valkey_url)
+    direct = redis.asyncio.Redis.from_url(valkey_url)
+    proxy = await ReplyDropper(parts.hostname or "127.0.0.1", int(parts.port or 6379)).start()
+    via = redis.asyncio.Redis(host="127.0.0.1", port=proxy.listen_port)
+    done: list[str] = []
+
+    async def handler(claim: echomq.Claim) -> None:
+        done.append(claim.job_id)
+
+    consumer = echomq.Consumer(
+        echomq.Queue(via, queue_name),
+        handler,
+        lease_ms=1_000,
+        concurrency=2,
+        batch=2,
+        lapse_ms=600,
+        reap_interval_ms=100,
+    )
+    task = None
+    try:
+        q = echomq.Queue(direct, queue_name)
+        await direct.script_load(SCRIPTS["lane_claim"].source)
+        proxy.arm.marker = SCRIPTS["lane_claim"].sha.encode()
+        ids = await _lanes_of_four(q)
+        task = asyncio.create_task(consumer.run())
+        for _ in range(100):
+            if (await q.stats())["completed"] == 4:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # past every lease: a stranded job would be reaped now
+        assert proxy.arm.dropped == 1
+        stats = await q.stats()
+        assert stats["completed"] == 4 and stats["active"] == 0
+        assert stats["counters"].get("reaped", 0) == 0
+        assert sorted(done) == sorted(ids)  # each delivered once
+        for jid in ids:
+            info = await q.jobs.get(jid)
+            assert info is not None and info.stalls == 0 and info.attempts == 1
+    finally:
+        consumer.stop()
+        if task is not None:
+            await asyncio.wait_for(task, 10)
+        await via.aclose()
+        await proxy.stop()
+        await direct.aclose()
