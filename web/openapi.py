@@ -158,7 +158,7 @@ _SCHEMAS: dict[str, Any] = {
             "worker_id": {"type": "string"},
             "pid": {"type": ["integer", "null"]},
             "host": {"type": ["string", "null"]},
-            "state": {"type": "string", "enum": ["idle", "scoring", "dead"]},
+            "state": {"type": "string", "enum": ["idle", "scoring", "waiting", "dead"]},
             "job_id": {"type": ["string", "null"]},
             "lease_remaining_ms": {"type": ["integer", "null"]},
             "jobs_done": {"type": "integer"},
