@@ -570,8 +570,10 @@ class Consumer:
             if epoch == self._epoch:
                 self._resume("the probe answered")
             return False
-        if self._held:
-            # A handler still running will tell (its outcome is a probe as good as any).
+        now = asyncio.get_running_loop().time()
+        if any(self._started.get(k, now) >= self._outage_at for k in self._held):
+            # A job taken since the wait began is on its way: its outcome is the probe.
+            # (Handlers from before the wait do not hold the probe back: one may hang.)
             self._room.clear()
             await self._until(self._room.wait(), self._resumed)
             return False

@@ -70,7 +70,7 @@ async def test_a_dependency_down_spends_nothing_and_the_consumer_waits(
     assert stats["counters"].get("failed", 0) == 0 and stats["dead"] == 0
     assert first_wave <= 4  # the first wave: the slots' jobs, nothing claimed after
     assert 2 <= probes <= 12  # backoff 0.1, 0.2, 0.4, 0.8, 1, 1 ... s: never a flood
-    assert resume_s < 1.2
+    assert resume_s < 1.3  # probe_max_ms (1 s) + the probe itself
     assert not c.waiting and c.unavailable >= first_wave and c.failed == 0
     for jid in ids:
         info = await q.jobs.get(jid)
@@ -135,6 +135,30 @@ async def test_prefetched_jobs_go_back_when_a_dependency_goes_down(
     assert (await q.stats())["active"] <= 1
     down = False
     await wait_for(lambda: completed(q, 12), 10)
+    assert (await q.stats())["counters"].get("failed", 0) == 0
+
+
+async def test_a_hung_handler_from_before_the_wait_does_not_hold_the_probe_back(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    down = True
+
+    async def handler(claim: echomq.Claim) -> str:
+        if claim.payload == "hang":
+            await asyncio.Event().wait()  # never returns, and no time limit is set
+        await asyncio.sleep(0.05)
+        if down:
+            raise echomq.Unavailable("down")
+        return "ok"
+
+    await q.lanes.enqueue("h", "hang")
+    for i in range(6):
+        await q.lanes.enqueue(f"o{i}", i)
+    c = await start_consumer(handler, concurrency=3, lease_ms=1_000)
+    await wait_for(lambda: _true(c.waiting))
+    await asyncio.sleep(1.0)
+    down = False
+    await wait_for(lambda: completed(q, 6), 5)  # probes went on beside the hung handler
     assert (await q.stats())["counters"].get("failed", 0) == 0
 
 
