@@ -18,7 +18,9 @@ Envoy's adaptive concurrency) do together:
   (an exponentially decaying count per bearer token), plus one for each request of that
   token already at the door, plus its client address's rate over :data:`ADDRESS_SHARE`
   (:func:`codemojex.admission.address_key`: an IPv6 /64 is one address; a classroom behind
-  one NAT is many light players, a flood spread over tokens from one address is not).
+  one NAT is many light players, a flood spread over tokens from one address is not); a
+  token the door has not seen lately starts at :data:`NEW_TOKEN_WEIGHT`, behind players
+  known to send at an honest pace.
 * **Light first.** A request of weight at most :data:`LIGHT_RATE` (an honest pace) takes a
   free slot up to the configured bound whatever the adaptive one; any other waits, and a
   free slot goes to the lightest waiting (fq_codel's new flows first), so a player at an
@@ -76,6 +78,7 @@ MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty 
 # the configured bound even when the adaptive one is lower: honest pace is never queued
 # behind the bound that holds the heavy senders back.
 LIGHT_RATE = 2.0
+NEW_TOKEN_WEIGHT = LIGHT_RATE  # a token's first request: served after those known light
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
@@ -106,6 +109,9 @@ class FlowRates:
         entry[0], entry[1] = value, now
         return value / self.tau_s
 
+    def __contains__(self, key: Any) -> bool:
+        return key in self._counts
+
     def rate(self, key: Any, now: float) -> float:
         entry = self._counts.get(key)
         if entry is None:
@@ -128,8 +134,7 @@ class Gradient:
     gradient limiter): when the recent time of a guess (an EWMA of the last few) grows past
     :data:`TOLERANCE` times its unloaded time (the quietest second of the last
     :data:`BASELINE_S`), the bound shrinks in proportion, down to :data:`MIN_LIMIT`; while
-    it stays within, the bound grows again (by a tenth, or an eighth of a slot, per update),
-    back up to the configured one. A bound that is not being used (fewer than half its slots
+    it stays within, the bound grows again (~3 % an update), back up to the configured one. A bound that is not being used (fewer than half its slots
     busy) is left as it is. Below one slot the bound is a duty cycle: after a heavy
     sender's request a slot stays idle long enough that heavy senders have it only that
     share of the time (at most :data:`MAX_IDLE_S` at once) — a throughput bound, where a
@@ -168,7 +173,11 @@ class Gradient:
         if self._n % 4 or self.baseline is None or busy < self.value / 2:
             return self.value
         gradient = max(0.5, min(1.0, TOLERANCE * self.baseline / self.recent))
-        target = self.value * gradient + max(0.125, 0.1 * self.value)  # room to grow
+        # room to grow: an eighth of a slot, and while times are within tolerance 15 % of
+        # the bound (a slot at most), so the bound grows ~3 % an update: back from one slot
+        # to 16 in ~100 updates, without a burst of heavy requests that a jump would let in
+        grow = min(1.0, 0.15 * self.value) if gradient >= 1 else 0.0
+        target = self.value * gradient + 0.125 + grow
         self.value = max(self.min_limit, min(self.max_limit, 0.8 * self.value + 0.2 * target))
         return self.value
 
@@ -242,6 +251,7 @@ class Gate:
         self.players = FlowRates()
         self.addresses = FlowRates()
         self.working = 0
+        self.resting = 0  # slots resting after a heavy request (the duty cycle)
         self.waiting = 0
         self._lightest: list[tuple[float, int, _Waiter]] = []
         self._heaviest: list[tuple[float, int, _Waiter]] = []
@@ -269,6 +279,7 @@ class Gate:
             "limit": self.limit,
             "duty": round(self.duty, 3),
             "working": self.working,
+            "resting": self.resting,
             "waiting": self.waiting,
             "addresses": len(self.at_door),
             **self.counts,
@@ -278,7 +289,7 @@ class Gate:
         """True with a slot held (hand it back with :meth:`leave`); False: shed."""
         if (
             not self.limit
-            or (self.working < self.limit and not self.waiting)
+            or (self.working + self.resting < self.limit and not self.waiting)
             or (weight <= LIGHT_RATE and self.working < self.max_limit)
         ):
             self.working += 1
@@ -320,21 +331,41 @@ class Gate:
             self.counts["admitted"] += 1
         return granted
 
-    def leave(self) -> None:
-        """Hand the slot to the lightest waiting request, or free it (or, when the bound
-        has shrunk below the slots in use, retire it)."""
-        heap = self._lightest
-        while heap and self.working <= self.limit:
-            waiter = heapq.heappop(heap)[2]
-            if waiter.live:
-                waiter.live = False
-                self.waiting -= 1
-                if waiter.future.done():
-                    continue  # cancelled (its wait ran out, or it left) and not yet woken
-                waiter.future.set_result(True)  # the slot passes on: working stays
-                self._compact()
-                return
+    def leave(self, rest_s: float = 0.0) -> None:
+        """Give the slot back, to the lightest waiting request if it may have it. With
+        ``rest_s`` (a heavy request under a duty cycle) the slot rests that long first: it
+        counts against the adaptive bound, not against light requests."""
         self.working -= 1
+        if rest_s > 0:
+            self.resting += 1
+            asyncio.get_running_loop().call_later(rest_s, self._rested)
+        self._dispatch()
+
+    def _rested(self) -> None:
+        self.resting -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Free slots to the lightest waiting requests: a light one while the configured
+        bound allows, any other while the adaptive one does (resting slots included)."""
+        heap = self._lightest
+        while heap:
+            waiter = heap[0][2]
+            if not waiter.live or waiter.future.done():
+                heapq.heappop(heap)  # shed, left, or its wait ran out and it is not yet woken
+                self._drop(waiter)
+                continue
+            if waiter.weight <= LIGHT_RATE:
+                if self.working >= self.max_limit:
+                    return
+            elif self.working + self.resting >= self.limit:
+                return  # the lightest waiting is heavy, and so is every other
+            heapq.heappop(heap)
+            waiter.live = False
+            self.waiting -= 1
+            self.working += 1
+            waiter.future.set_result(True)
+            self._compact()
 
     def _drop(self, waiter: _Waiter) -> None:
         if waiter.live:
@@ -379,8 +410,11 @@ class Door:
         tokens = gate.tokens_at_door
         if token is not None:
             # its recent rate, and as many again for each of its requests already here: a
-            # masher's eight at once weigh from the second, an honest player's one never
-            weight += gate.players.hit(token, now) + tokens.get(token, 0)
+            # masher's eight at once weigh from the second, an honest player's one never;
+            # a token not seen lately is not known to be light (200 new mashers at once
+            # would otherwise all be new flows, first in line)
+            new = 0.0 if token in gate.players else NEW_TOKEN_WEIGHT
+            weight += gate.players.hit(token, now) + tokens.get(token, 0) + new
             tokens[token] = tokens.get(token, 0) + 1
         try:
             await self._admit(scope, receive, send, gate, address, weight, token, now)
@@ -430,11 +464,7 @@ class Door:
                 took = gate.clock() - began
                 if scope["method"] == "POST" and scope["path"] == "/api/guesses":
                     gate.timed(took)
-                idle = gate.idle_after(took) if weight > LIGHT_RATE else 0.0
-                if idle > 0:
-                    asyncio.get_running_loop().call_later(idle, gate.leave)
-                else:
-                    gate.leave()
+                gate.leave(gate.idle_after(took) if weight > LIGHT_RATE else 0.0)
         finally:
             left = at_door[address] - 1
             if left:
@@ -473,6 +503,7 @@ class GateCollector(Collector):
             "codemojex_door_requests_now", "API requests at the door now", labels=["state"]
         )
         now.add_metric(["working"], gate.working)
+        now.add_metric(["resting"], gate.resting)
         now.add_metric(["waiting"], gate.waiting)
         yield now
         bound = GaugeMetricFamily(
