@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import random
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,10 @@ import pytest
 import redis.asyncio
 
 import echomq
+from codemojex.game import Game
 from echomq.server import EmbeddedValkey
 from tests.chaos import harness
+from tests.chaos.conftest import make_config, worker_env
 from tests.chaos.harness import Figures, Pool, Zygote, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -89,39 +93,101 @@ async def _freeze(valkey: EmbeddedValkey, seconds: float) -> float:
     return time.time() * 1000
 
 
+class LateWorker:
+    """A live worker in this process whose beat lands ``late_s`` after Valkey resumes,
+    behind the reaper's queued call (as a worker whose beat waits for a pooled
+    connection, or for its retry backoff): it beats every 0.9 s and renews its leases,
+    except while ``gate`` is shut."""
+
+    def __init__(self, q: echomq.Queue, late_s: float) -> None:
+        self.q, self.late_s, self.jobs = q, late_s, list[str]()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        # The gap as the consumers compute it (the same call before the fix took none).
+        self.kw: dict[str, Any] = {}
+        if "gap_ms" in inspect.signature(q.beat).parameters:
+            from echomq.stalled import pulse_gap_ms
+
+            self.kw = {"gap_ms": pulse_gap_ms(LAPSE_MS, 1_000, REAP_MS)}
+
+    async def start(self, n: int) -> None:
+        await self.q.beat("late", LAPSE_MS, **self.kw)
+        for i in range(n):
+            await self.q.lanes.enqueue(f"late{i}", {"late": i})
+            claim = await self.q.lanes.claim("late", LEASE_MS)
+            assert claim is not None
+            self.jobs.append(claim.job_id)
+
+    async def run(self) -> None:
+        while True:
+            await self.gate.wait()
+            await self.q.beat("late", LAPSE_MS, **self.kw)
+            for j in self.jobs:
+                await self.q.jobs.extend(j, 1, LEASE_MS)
+            await asyncio.sleep(0.9)
+
+    async def reopen(self) -> None:
+        await asyncio.sleep(self.late_s)
+        self.gate.set()
+
+
+async def _sweep_freezes(
+    valkey: EmbeddedValkey,
+    q: echomq.Queue,
+    deliveries: Callable[[], Awaitable[int] | int],
+    late: LateWorker | None = None,
+) -> list[dict[str, object]]:
+    """Every freeze of FREEZES in turn, at a random phase, each followed by a lapse and a
+    reap interval (a false reclaim, at once or after a grace, shows within it)."""
+    rows: list[dict[str, object]] = []
+    for d in FREEZES:
+        await asyncio.sleep(random.uniform(0, 1))  # any phase of beats and sweeps
+        before = await _counter(q, "outages")
+        if late is not None:
+            late.gate.clear()
+        await _freeze(valkey, d)
+        if late is not None:
+            asyncio.create_task(late.reopen())
+        await asyncio.sleep(SETTLE_S)
+        n = deliveries()
+        rows.append(
+            {
+                "freeze_s": d,
+                "outage_seen": await _counter(q, "outages") - before,
+                "reaped_so_far": await _counter(q, "reaped"),
+                "deliveries": n if isinstance(n, int) else await n,
+            }
+        )
+    return rows
+
+
 @pytest.mark.timeout(300)  # 14 freezes back to back, 98.5 s frozen in all: about 2.5 min
 async def test_no_freeze_from_1_to_30_s_reclaims_a_live_workers_job(
     valkey: EmbeddedValkey, zygote: Zygote, tmp_path: Path, pools: list[Pool], figures: Figures
 ) -> None:
+    """Two worker processes hold 12 jobs, and a worker in this process whose beat lands
+    0.4 s after each resumption holds 2 more (before the fix, its jobs were reaped by the
+    reaper's call queued during a freeze of about 2.5-4 s)."""
     conn = redis.asyncio.Redis.from_url(valkey.url)
     q = echomq.Queue(conn, "frozen")
     pool = _pool(zygote, tmp_path, q, valkey.url, "L", concurrency=6)
     pools.append(pool)
     note = tmp_path / "L.notes"
-    rows: list[dict[str, object]] = []
     try:
         workers = [pool.spawn(), pool.spawn()]
         for w in workers:
             await wait_until(functools.partial(harness.registered, q, w.worker_id), 10, "up")
         jobs = [await q.lanes.enqueue(f"l{i}", {"i": i}) for i in range(12)]
         await wait_until(functools.partial(_count, note, 12), 20, "12 jobs held")
-        for d in FREEZES:
-            await asyncio.sleep(random.uniform(0, 1))  # any phase of beats and sweeps
-            before = await _counter(q, "outages")
-            await _freeze(valkey, d)
-            await asyncio.sleep(SETTLE_S)
-            reaped = await _counter(q, "reaped")
-            rows.append(
-                {
-                    "freeze_s": d,
-                    "outage_seen": await _counter(q, "outages") - before,
-                    "reaped_so_far": reaped,
-                    "deliveries": len(_starts(note)),
-                }
-            )
+        late = LateWorker(q, 0.4)
+        await late.start(2)
+        beats = asyncio.create_task(late.run())
+        rows = await _sweep_freezes(valkey, q, lambda: len(_starts(note)), late)
         assert pool.live() == workers  # neither process died
-        infos = [await q.jobs.get(j) for j in jobs]
+        infos = [await q.jobs.get(j) for j in jobs + late.jobs]
     finally:
+        if "beats" in locals():
+            beats.cancel()
         await pool.stop_all()
         await conn.aclose()
     figures.record(
@@ -130,6 +196,71 @@ async def test_no_freeze_from_1_to_30_s_reclaims_a_live_workers_job(
         outages_seen=[r["outage_seen"] for r in rows],
         reaped=rows[-1]["reaped_so_far"] if rows else None,
         deliveries=len(_starts(note)),
+    )
+    bad = [r for r in rows if r["reaped_so_far"] or r["deliveries"] != 12]
+    assert not bad, f"live jobs reclaimed after a freeze: {bad}"
+    for info in infos:
+        assert info is not None and info.state == "active", info
+        assert info.attempts == 1 and info.stalls == 0, info
+
+
+@pytest.mark.timeout(300)
+async def test_no_freeze_from_1_to_30_s_reclaims_a_guess_being_scored(
+    valkey: EmbeddedValkey,
+    sql_url: str,
+    zygote: Zygote,
+    tmp_path: Path,
+    pools: list[Pool],
+    figures: Figures,
+) -> None:
+    """The issue's own setup: the game's score workers (`up`'s timings, its client: a
+    blocking pool shared by the claims, the park, the leases and the beats, so a beat can
+    land well after Valkey resumes), 12 guesses held by 2 workers whose scoring outlasts
+    the whole sweep."""
+    config = make_config(
+        valkey.url,
+        sql_url,
+        tmp_path,
+        lease_ms=LEASE_MS,
+        lapse_ms=LAPSE_MS,
+        reap_interval_ms=REAP_MS,
+    )
+    env = worker_env(
+        config,
+        CODEMOJEX_SCORE_DELAY_MS="600000",
+        CODEMOJEX_SCORE_TIMEOUT_MS="0",
+        CODEMOJEX_CONCURRENCY="6",
+    )
+    pool = Pool(zygote, tmp_path / "w", env=env)
+    pools.append(pool)
+    game = Game.connect(config)
+    q = game.queue
+    try:
+        workers = [pool.spawn(), pool.spawn()]
+        for w in workers:
+            await wait_until(functools.partial(harness.registered, q, w.worker_id), 20, "up")
+        players = await harness.new_players(game, 12)
+        accepted = await harness.submit_many(game, players, 12, random.Random(21))
+        jobs = [g.job_id for g in accepted]
+
+        async def attempts() -> int:
+            return sum([(i.attempts if i else 0) for i in [await q.jobs.get(j) for j in jobs]])
+
+        async def held() -> bool:
+            return await attempts() == 12 and (await q.stats())["active"] == 12
+
+        await wait_until(held, 20, "12 guesses held")
+        rows = await _sweep_freezes(valkey, q, attempts)
+        assert pool.live() == workers
+        infos = [await q.jobs.get(j) for j in jobs]
+    finally:
+        await pool.stop_all()
+        await game.close()
+    figures.record(
+        "issue 21 Valkey freeze sweep, score workers",
+        freezes_s=FREEZES,
+        outages_seen=[r["outage_seen"] for r in rows],
+        reaped=rows[-1]["reaped_so_far"] if rows else None,
     )
     bad = [r for r in rows if r["reaped_so_far"] or r["deliveries"] != 12]
     assert not bad, f"live jobs reclaimed after a freeze: {bad}"

@@ -16,13 +16,18 @@
 -- queued beat lands. No stall is charged for an outage. Counter `outages`, event
 -- `outage {quiet_ms}`.
 --
--- `swept` is a hash: at = server time of the last beat or reap call, by = its caller.
+-- `swept` is a hash: at = server time of the last beat or reap call, by = its caller,
+-- busy = '1' if anything was active then.
 local K_SWEPT = PREFIX .. 'swept'
 
 local function pulse(now, gap_ms, grace_ms, maxlen, by)
-  local last = tonumber(redis.call('HGET', K_SWEPT, 'at') or '')
-  redis.call('HSET', K_SWEPT, 'at', now, 'by', by)
-  if gap_ms <= 0 or not last or now - last <= gap_ms then return false end
+  local prev = redis.call('HMGET', K_SWEPT, 'at', 'busy')
+  local last = tonumber(prev[1] or '')
+  local busy = redis.call('ZCARD', K_ACTIVE) > 0
+  redis.call('HSET', K_SWEPT, 'at', now, 'by', by, 'busy', busy and '1' or '0')
+  -- Nothing active: nobody's jobs to protect (an idle worker's deadline is its long
+  -- idle lapse), and an idle queue's calls are rare by design.
+  if gap_ms <= 0 or not last or now - last <= gap_ms or not busy then return false end
   local until_ms = now + grace_ms
   for _, worker in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', '(' .. until_ms)) do
     redis.call('ZADD', K_WORKERS, until_ms, worker)
@@ -31,7 +36,12 @@ local function pulse(now, gap_ms, grace_ms, maxlen, by)
     redis.call('ZADD', K_ACTIVE, until_ms, id)
     redis.call('HSET', job_key(id), 'lease', until_ms)
   end
-  redis.call('HINCRBY', K_COUNTERS, 'outages', 1)
-  emit(maxlen, 'type', 'outage', 'quiet_ms', now - last)
+  -- Counted only when the queue was busy before the gap: after an idle spell (calls
+  -- rare by design) a claim came in the gap, and the grace is given all the same (a
+  -- freeze right after that claim looks the same), but it is no outage to report.
+  if prev[2] == '1' then
+    redis.call('HINCRBY', K_COUNTERS, 'outages', 1)
+    emit(maxlen, 'type', 'outage', 'quiet_ms', now - last)
+  end
   return true
 end
