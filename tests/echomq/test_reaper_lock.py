@@ -123,6 +123,9 @@ async def test_a_gap_in_sweeps_longer_than_a_live_queue_leaves_is_an_outage(
     assert (await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)).leader
     alive = await _held(q, "alive", "a", lapse)
     dead = await _held(q, "dead", "d", lapse)
+    # A sweep while they hold their jobs: the queue was busy when it fell silent (after
+    # an idle spell the grace is given too, but not counted as an outage).
+    assert (await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)).moved == []
     await asyncio.sleep(1.8)  # > horizon + margin since R's last sweep
     after = await q.stalled.sweep("R", 5_000, lapse, margin_ms=margin)
     assert after.moved == []
