@@ -71,7 +71,7 @@ RETRY_AFTER_S = 1
 MAX_TOKEN_BYTES = 300  # a longer Authorization header is no token (401): weighed by address
 # The adaptive bound (:class:`Gradient`): a guess's time at the door may grow to this many
 # times its unloaded time before the bound shrinks; never below MIN_LIMIT.
-TOLERANCE = 1.5
+TOLERANCE = 1.2
 MIN_LIMIT = 0.25  # below one slot: a duty cycle (heavy requests get a slot this share of the time)
 MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty cycle
 # A request of a sender this light (requests a second, as weighed) takes a free slot up to
