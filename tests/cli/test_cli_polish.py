@@ -32,6 +32,8 @@ MASH_FLAGS_WITHOUT_VARIABLE = {
     "mashers",
     "duration",
     "masher_rate",
+    "masher_in_flight",
+    "masher_addresses",
     "chaos_kill_every",
     "report",
     "seed",
