@@ -173,7 +173,8 @@ async def _hold(gate: Gate, weight: float, order: list[float], release: asyncio.
 
 
 async def test_a_free_slot_goes_to_the_lightest_waiting_request() -> None:
-    gate = Gate(limit=1, wait_ms=5_000, address_limit=0)
+    # light_rate=0: no request skips the bound, so the queue's own order shows
+    gate = Gate(limit=1, wait_ms=5_000, address_limit=0, light_rate=0.0)
     release = asyncio.Event()
     order: list[float] = []
     first = asyncio.create_task(_hold(gate, 50.0, order, release))
@@ -188,7 +189,7 @@ async def test_a_free_slot_goes_to_the_lightest_waiting_request() -> None:
 
 
 async def test_a_request_waiting_past_the_target_is_shed() -> None:
-    gate = Gate(limit=1, wait_ms=50, address_limit=0)
+    gate = Gate(limit=1, wait_ms=50, address_limit=0, light_rate=0.0)
     release = asyncio.Event()
     order: list[float] = []
     holder = asyncio.create_task(_hold(gate, 1.0, order, release))
@@ -201,7 +202,7 @@ async def test_a_request_waiting_past_the_target_is_shed() -> None:
 
 
 async def test_a_full_queue_sheds_its_heaviest_first() -> None:
-    gate = Gate(limit=1, wait_ms=10_000, address_limit=0)
+    gate = Gate(limit=1, wait_ms=10_000, address_limit=0, light_rate=0.0)
     release = asyncio.Event()
     order: list[float] = []
     holder = asyncio.create_task(_hold(gate, 1.0, order, release))
@@ -226,7 +227,7 @@ async def test_a_full_queue_sheds_its_heaviest_first() -> None:
 
 
 async def test_a_waiter_that_leaves_passes_its_slot_on() -> None:
-    gate = Gate(limit=1, wait_ms=10_000, address_limit=0)
+    gate = Gate(limit=1, wait_ms=10_000, address_limit=0, light_rate=0.0)
     release = asyncio.Event()
     order: list[float] = []
     holder = asyncio.create_task(_hold(gate, 1.0, order, release))
@@ -240,3 +241,15 @@ async def test_a_waiter_that_leaves_passes_its_slot_on() -> None:
     release.set()
     assert await holder and await after
     assert (gate.working, gate.waiting) == (0, 0)
+
+
+async def test_light_requests_may_hold_twice_the_bound_heavy_ones_not() -> None:
+    gate = Gate(limit=2, wait_ms=50, address_limit=0, light_rate=10.0)
+    release = asyncio.Event()
+    order: list[float] = []
+    light = [asyncio.create_task(_hold(gate, 5.0, order, release)) for _ in range(4)]
+    await asyncio.sleep(0)
+    assert (gate.working, gate.waiting) == (4, 0)  # an honest crowd's burst: no wait
+    assert await gate.enter(20.0) is False  # a heavy sender waits for the bound, and is shed
+    release.set()
+    assert all(await asyncio.gather(*light))
