@@ -22,7 +22,7 @@ Envoy's adaptive concurrency) do together:
   token the door has not seen lately starts at the light threshold, behind players
   known to send at an honest pace.
 * **Light first.** A request of weight at most :data:`LIGHT_RATE` (an honest pace) takes a
-  free slot up to the configured bound whatever the adaptive one; any other waits, and a
+  free slot up to twice the configured bound whatever the adaptive one; any other waits, and a
   free slot goes to the lightest waiting (fq_codel's new flows first), so a player at an
   honest pace is served next however many requests a masher has waiting.
 * **Heaviest shed.** A request that has waited ``wait_s`` (``--door-wait-ms``, the
