@@ -304,13 +304,16 @@ class Hub:
         return await self.game.leaderboard()
 
     async def progress_snapshot(self, round_id: str) -> Outgoing | None:
-        """The round's progress for a new socket: what the others were last sent, bounded
-        the same way (None before anyone guessed)."""
-        sent = self._progress_sent.get(round_id)
-        if sent is not None:
-            return Outgoing(sent)
+        """The round's progress for a new socket, bounded the same way: the frame the
+        others were last sent if nothing changed since, else a fresh one (the budget may
+        be keeping the others' next one back). None before anyone guessed."""
         r = self.progress.round(round_id)
-        return await self._progress_out(round_id, r) if r is not None and r.playing else None
+        if r is None or not r.playing:
+            return None
+        sent = self._progress_sent.get(round_id)
+        if sent is not None and not r.changed:
+            return Outgoing(sent)
+        return await self._progress_out(round_id, r)  # newer than what the others have
 
     async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
         """True when events after ``after`` may have been trimmed already from the stream
