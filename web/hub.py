@@ -21,9 +21,9 @@ broadcast the flusher stays quiet long enough that every socket gets at most
 :data:`SOCKET_BYTES_PER_S` of progress and leaderboards, and the process writes at most
 :data:`FANOUT_FRAMES_PER_S` such frames a second in all (with 10,000 sockets, one progress
 message every 2 s), yielding to the event loop every :data:`FANOUT_SLICE` sockets so that
-guesses keep being answered while it writes. The hub never waits for a socket: one whose unsent bytes pass its bound is evicted
-(:mod:`web.outbox`) — closed with 4008, and the page resumes with ``after=`` — so a slow
-browser cannot slow the others.
+guesses keep being answered while it writes. The hub never waits for a socket: one whose
+unsent bytes pass its bound is evicted (:mod:`web.outbox`) — closed with 4008, and the page
+resumes with ``after=`` — so a slow browser cannot slow the others.
 
 A resume point (``event_id``, sent back as ``after=``) is an id of one events stream. On a
 partitioned queue every partition has its own stream and ids, but a player's guesses all
@@ -62,9 +62,10 @@ log = logging.getLogger("codemojex.web.hub")
 PROGRESS_INTERVAL_S = 0.25  # at most ~4 progress messages a second per socket
 LEADERBOARD_INTERVAL_S = 1.0
 # The fan-out budget. Per socket: the contract's bound for an idle socket is 4 KiB/s, and
-# round changes and pings come on top of what the flusher sends. Per process: what one
-# event loop writes in a small share of a core (about 5 us a frame, measured in bench_game
-# --watchers), so a crowd stretches the interval instead of taking the loop.
+# round changes and pings come on top of what the flusher sends. Per process: a write of a
+# 2.9 KB frame cost the web about 17 us on loopback (the kernel's share included; bench_game
+# --watchers 9800), so 5,000 a second is under a tenth of a core and a crowd stretches the
+# interval instead of taking the loop.
 SOCKET_BYTES_PER_S = 3_584
 FANOUT_FRAMES_PER_S = 5_000
 # A paced broadcast yields to the event loop after this many sockets, so a crowd's fan-out
