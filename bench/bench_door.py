@@ -519,7 +519,9 @@ async def costs(up: Up, honest: Honest, pid: int, n: int, door_slots: int) -> di
 
 async def _queue_refusals(up: Up, pid: int, idle: float, n: int, slots: int) -> dict[str, Any]:
     held = []
-    for i in range(slots):  # bodies that never come, each holding a slot until the deadline
+    # Bodies that never come, each holding a slot until the deadline: twice the bound,
+    # since light requests (these, at an honest pace) may hold that many.
+    for i in range(2 * slots):
         _, writer = await asyncio.open_connection(
             "127.0.0.1", up.port, local_addr=(f"127.0.0.{200 + i % 50}", 0)
         )

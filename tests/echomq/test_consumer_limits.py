@@ -273,8 +273,13 @@ async def test_a_claim_too_large_to_read_in_time_halves_the_batch(
     jobs, for ever; halving the batch on each timed-out claim gets them all through."""
     conn = redis.asyncio.Redis.from_url(private.url, socket_timeout=0.25)
     q = echomq.Queue(conn, "big")
+    # The test's own view, on a connection without the short timeout (the server is busy
+    # for the length of each big claim, and every client waits meanwhile); the jobs are
+    # enqueued through it too: a 4 MB enqueue may itself take 250 ms on a busy machine.
+    view = redis.asyncio.Redis.from_url(private.url)
+    seen = echomq.Queue(view, "big")
     blob = "x" * 4_000_000
-    ids = [await q.lanes.enqueue(f"l{i % 3}", blob) for i in range(24)]
+    ids = [await seen.lanes.enqueue(f"l{i % 3}", blob) for i in range(24)]
     runs = Counter[str]()
     smallest = 32
 
@@ -286,10 +291,6 @@ async def test_a_claim_too_large_to_read_in_time_halves_the_batch(
     c = echomq.Consumer(q, handler, concurrency=32, batch=32, reap_interval_ms=200)
     task = asyncio.create_task(c.run())
     t = time.monotonic()
-    # The test's own view, on a connection without the short timeout (the server is busy
-    # for the length of each big claim, and every client waits meanwhile).
-    view = redis.asyncio.Redis.from_url(private.url)
-    seen = echomq.Queue(view, "big")
     try:
         await wait_for(lambda: completed(seen, 24), 40)
     finally:
