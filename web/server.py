@@ -26,7 +26,7 @@ from typing import Any
 
 import uvicorn
 
-from codemojex.logs import redact
+from codemojex.logs import RedactCredentials
 from web.errors import MAX_BODY_BYTES
 from web.frames import FramesProtocol
 
@@ -43,20 +43,6 @@ WS_PING_TIMEOUT_S = 20.0
 GRACEFUL_SHUTDOWN_S = 5
 
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
-
-
-class RedactCredentials(logging.Filter):
-    """Rewrites a record's message with :func:`redact` before any handler formats it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is the handler's problem
-            return True
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
 
 
 def install_log_redaction() -> None:
