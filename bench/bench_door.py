@@ -59,6 +59,7 @@ from rich.table import Table
 from websockets.asyncio.client import ClientConnection, connect
 
 from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_seconds
+from codemojex.mash.ledger import percentile as pct
 from tests.cli.running import Up, cmdline
 
 ROWS = "0:0,10:1,20:1,50:1,200:20,0:0"
@@ -217,13 +218,6 @@ class Honest:
             task.cancel()
         await asyncio.gather(*self.readers, return_exceptions=True)
         await self.http.aclose()
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q / 100 * len(xs) + 0.5) - 1))]
 
 
 def honest_figures(h: Honest, t0: float, t1: float) -> dict[str, Any]:

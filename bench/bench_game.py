@@ -108,6 +108,7 @@ from bench.common import (
 )
 from bench.watchers import Fleet, raise_nofile
 from bench.watchers import figures as watcher_figures
+from codemojex.mash.ledger import percentile as pct
 from tests.cli.running import Up, descendants
 
 try:  # the client's loop; the server's processes choose their own
@@ -969,13 +970,6 @@ def cpu_figures(
 # Figures
 
 
-def pct(xs: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of sorted ``xs``."""
-    if not xs:
-        return None
-    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
-
-
 def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000, 2)
 
@@ -998,7 +992,7 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
             errors[f"{g.status} {g.error}" if g.status else str(g.error)] += 1
     offered = len(guesses) / w.duration
     scored_in_window = sum(1 for g in scored if (g.scored or 0.0) <= end)
-    lag_p99 = _ms(pct(lag, 0.99))
+    lag_p99 = _ms(pct(lag, 99))
     late_scores = sum(1 for jid in client.early)
     return {
         "rate": w.rate,
@@ -1006,7 +1000,7 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "offered_per_s": round(offered, 1),
         "sent": len(guesses),
         "sent_per_s": round(len(guesses) / max(w.duration, w.load_end - w.t0), 1),
-        "send_lag_p50_ms": _ms(pct(lag, 0.5)),
+        "send_lag_p50_ms": _ms(pct(lag, 50)),
         "send_lag_p99_ms": lag_p99,
         "send_lag_max_ms": _ms(lag[-1] if lag else None),
         "client_kept_schedule": lag_p99 is not None and lag_p99 <= LAG_OK_MS,
@@ -1027,15 +1021,15 @@ def window_figures(w: Window, cpu: dict[str, Any], client: GameClient) -> dict[s
         "refused": dict(refused),
         "errors": dict(errors),
         "accept_to_score_ms": {
-            "p50": _ms(pct(a2s, 0.5)),
-            "p90": _ms(pct(a2s, 0.9)),
-            "p99": _ms(pct(a2s, 0.99)),
+            "p50": _ms(pct(a2s, 50)),
+            "p90": _ms(pct(a2s, 90)),
+            "p99": _ms(pct(a2s, 99)),
             "max": _ms(a2s[-1] if a2s else None),
         },
-        "send_to_score_p99_ms": _ms(pct(s2s, 0.99)),
+        "send_to_score_p99_ms": _ms(pct(s2s, 99)),
         "send_to_202_ms": {
-            "p50": _ms(pct(s2a, 0.5)),
-            "p99": _ms(pct(s2a, 0.99)),
+            "p50": _ms(pct(s2a, 50)),
+            "p99": _ms(pct(s2a, 99)),
             "max": _ms(s2a[-1] if s2a else None),
         },
         "backlog_at_load_end": w.backlog,

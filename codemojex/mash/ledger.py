@@ -48,12 +48,18 @@ def server_lag(message: dict[str, Any]) -> float | None:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0–100) of ``values``; None when empty."""
+    """The nearest-rank percentile of ``values`` (``q`` from 0 to 100); None when empty.
+
+    The smallest value with at least ``q`` percent of the values at or below it: a value
+    that was measured, never one interpolated between two. The one percentile of the load
+    script and the benchmarks (bench_door, bench_game). ``q * n / 100``, not
+    ``q / 100 * n``: with a whole ``q`` and ``n`` it is exact, where ``7 / 100 * 100`` is
+    ``7.000000000000001`` and would take the next rank."""
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    rank = math.ceil(q * len(ordered) / 100)
+    return ordered[min(len(ordered), max(1, rank)) - 1]
 
 
 @dataclass(slots=True)

@@ -69,6 +69,9 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    # 7 / 100 * 100 is 7.000000000000001 in floats: the 7th of 100 values, not the 8th.
+    assert percentile([float(i) for i in range(1, 101)], 7) == 7.0
+    assert percentile([5.0, 1.0], 0) == 1.0 and percentile([5.0, 1.0], 100) == 5.0
 
 
 def test_the_leaderboard_check_tells_extra_points_from_missing_ones() -> None:
