@@ -51,7 +51,9 @@ from rich.table import Table
 from bench.common import (
     WorkerProcs,
     command_calls,
+    command_counts,
     embedded_server,
+    inside_scripts,
     machine,
     machine_busy_seconds,
     machine_cores,
@@ -70,7 +72,13 @@ if not console.is_terminal:  # piped or captured: wide enough for the tables, no
     console = Console(width=190)
 
 TRIVIAL = "return 1"
-PAYLOAD = {"player": "PLR_01J9Z3K4", "guess": "🍎🍌🍒🍇", "round": 7}  # ~60 bytes of JSON
+# The game's own guess payload (codemojex.guesses: player, round, four emojis): 136 bytes
+# of JSON, past Valkey's default hash-max-listpack-value (64).
+PAYLOAD = {
+    "player_id": "PLR_01J9Z3K4WQ8N6V2T5R7X0M1C3E",
+    "round_id": "RND_01J9Z3K0A2B4C6D8E0F2G4H6J8",
+    "guess": ["🍎", "🍎", "🍇", "🍑"],
+}
 POLL_S = 0.02  # how often the parent reads q.stats() while a drain runs
 
 
@@ -289,14 +297,21 @@ async def drain(
 ) -> dict[str, Any]:
     """Start ``procs`` worker processes, release them together, time until all n are done."""
     args = ["--lib", lib, "--url", url, "--queue", queue, *extra_args]
+    # What one of the parent's progress polls runs inside its script, to take out below.
+    p0 = await command_counts(conn)
+    await done()
+    poll = inside_scripts(p0, await command_counts(conn))
     with WorkerProcs(procs, args) as workers:
+        counts0 = await command_counts(conn)
         (calls0, cmds0), cpu0 = await command_calls(conn), await server_cpu_seconds(conn)
         busy0, mine0 = machine_busy_seconds(), own_cpu_seconds()
         workers.go()
         seconds, polls = await wait_done(label, n, done, timeout)
         busy1, mine1 = machine_busy_seconds(), own_cpu_seconds()
         (calls1, cmds1), cpu1 = await command_calls(conn), await server_cpu_seconds(conn)
+        counts1 = await command_counts(conn)
         summaries = workers.stop()
+    inside = inside_scripts(counts0, counts1, {k: v * (polls + 1) for k, v in poll.items()})
     worker_cpu = sum(float(s.get("cpu_s", 0)) for s in summaries)
     server_cpu = cpu1 - cpu0
     # Whatever else kept the machine's cores busy meanwhile (other programs): not us, not
@@ -309,6 +324,10 @@ async def drain(
         "script_calls": calls1 - calls0 - (polls + 1 if lib == "echomq" else 0),
         # Every command the server ran per job, the ones inside scripts included.
         "server_cmds_per_job": round((cmds1 - cmds0) / n, 1),
+        # The commands run inside the scripts (and any a consumer sends besides its
+        # script calls) per job, by name; the parent's polls taken out.
+        "inside_per_job": {k: round(v / n, 2) for k, v in inside.items()},
+        "inside_total_per_job": round(sum(inside.values()) / n, 2),
         "server_cpu_pct": round(100 * server_cpu / seconds, 1),
         "workers_cpu_pct": round(100 * worker_cpu / seconds, 1),
         "other_cpu_pct": round(100 * other_cpu / seconds, 1),
@@ -336,7 +355,9 @@ async def echomq_lifecycle(
 ) -> dict[str, Any]:
     await conn.flushall()
     q = Queue(conn, f"bench-{fsync}-{source}-{procs}", Settings())
+    e0 = await command_counts(conn)
     enq_s = await enqueue_pipelined(q, source, n, lanes=lanes, label=f"enqueue {source} {n}")
+    enq_inside = inside_scripts(e0, await command_counts(conn))
 
     async def completed() -> int:
         return int((await q.stats(max_lanes=0))["counters"].get("completed", 0))
@@ -376,6 +397,8 @@ async def echomq_lifecycle(
         "batch": batch,
         "prefetch": prefetch,
         "enqueue_per_s": round(n / enq_s, 1),
+        "enqueue_inside_per_job": {k: round(v / n, 2) for k, v in enq_inside.items()},
+        "enqueue_inside_total_per_job": round(sum(enq_inside.values()) / n, 2),
         **r,
         "script_calls_per_job": round(r["script_calls"] / n, 3),
         "claims": int(stats["counters"].get("claimed", 0)),
@@ -455,30 +478,60 @@ def print_lifecycle(rows: list[dict[str, Any]], ceiling_ref: float, title: str) 
 # 3. Memory
 
 
+def game_enqueue_call(q: Queue, i: int, lanes: int, payload: bytes) -> Call:
+    """A guess as codemojex.guesses submits it: the player's own lane (a PLR_ id), numbered
+    within the round (so the row has a ``seq``), the lane its own load subject."""
+    jid = mint_job_id()
+    k = q.keys
+    lane = f"PLR_{i % lanes:026d}"
+    scope = str(PAYLOAD["round_id"])
+    return (
+        SCRIPTS["lane_enqueue"],
+        [k.prefix, k.job(jid), k.lane(lane), k.seq(lane, scope), k.dedup(""), k.rate("")],
+        [jid, lane, payload, 5, 0, 0, 1, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
+    )
+
+
 async def memory(conn: aioredis.Redis, n: int, lanes: int) -> list[dict[str, Any]]:
+    """Valkey memory per pending job: the game's shape (a lane per player, at most 100
+    pending each: the default lane cap), ``lanes`` deep lanes, and the plain queue."""
+    payload = orjson.dumps(PAYLOAD)
     out = []
-    for source in ("lanes", "jobs"):
+    for source, n_lanes in (("game", max(1, n // 100)), ("lanes", lanes), ("jobs", 0)):
         await conn.flushall()
         await asyncio.sleep(0.2)
         q = Queue(conn, f"mem-{source}")
         before = await used_memory(conn)
-        await enqueue_pipelined(q, source, n, lanes=lanes, label=f"memory: {n} pending {source}")
+        with progress() as p:
+            task = p.add_task(f"memory: {n} pending {source}", total=n)
+            for lo in range(0, n, 1000):
+                hi = min(n, lo + 1000)
+                if source == "game":
+                    calls = [game_enqueue_call(q, i, n_lanes, payload) for i in range(lo, hi)]
+                else:
+                    calls = [enqueue_call(q, source, i, n_lanes, payload) for i in range(lo, hi)]
+                replies = await q.runner.run_many(calls)
+                assert all(int(r[0]) == 1 for r in replies), "an enqueue was refused"
+                p.advance(task, hi - lo)
         await asyncio.sleep(0.2)
         after = await used_memory(conn)
+        first_lane = f"PLR_{0:026d}" if source == "game" else "L000"
         sample = await conn.zrange(
-            q.keys.lane("L000") if source == "lanes" else q.keys.pending, 0, 0
+            q.keys.pending if source == "jobs" else q.keys.lane(first_lane), 0, 0
         )
-        first = cast(bytes, sample[0])
-        row_bytes = await conn.memory_usage(q.keys.job(text(first)), samples=0)
+        jk = q.keys.job(text(cast(bytes, sample[0])))
+        row_bytes = await conn.memory_usage(jk, samples=0)
+        encoding = text(await conn.object("encoding", jk))
         out.append(
             {
                 "source": source,
-                "lanes": lanes if source == "lanes" else 0,
+                "lanes": n_lanes,
                 "jobs": n,
-                "payload_bytes": len(orjson.dumps(PAYLOAD)),
+                "payload_bytes": len(payload),
                 "used_memory_delta": after - before,
                 "bytes_per_job": round((after - before) / n, 1),
                 "job_row_bytes": row_bytes,
+                "job_row_encoding": encoding,
             }
         )
     await conn.flushall()
@@ -487,10 +540,14 @@ async def memory(conn: aioredis.Redis, n: int, lanes: int) -> list[dict[str, Any
 
 def print_memory(rows: list[dict[str, Any]]) -> None:
     t = Table(title="3. Valkey memory per pending job (INFO used_memory delta / N)")
-    for col in ("queue", "pending", "payload B", "Δ used_memory", "bytes/job", "job row B"):
+    cols = ("queue", "pending", "payload B", "Δ used_memory", "bytes/job", "job row B", "row as")
+    for col in cols:
         t.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
-        name = f"lanes ({r['lanes']})" if r["source"] == "lanes" else "plain"
+        name = {
+            "game": f"game: a lane per player ({r['lanes']}), seq",
+            "lanes": f"lanes ({r['lanes']})",
+        }.get(r["source"], "plain")
         t.add_row(
             name,
             fmt(r["jobs"]),
@@ -498,6 +555,7 @@ def print_memory(rows: list[dict[str, Any]]) -> None:
             fmt(r["used_memory_delta"]),
             f"[bold]{r['bytes_per_job']:.0f}",
             fmt(r["job_row_bytes"]),
+            r["job_row_encoding"],
         )
     console.print(t)
     console.print(
@@ -675,6 +733,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             report["lifecycle"] = rows
             print_lifecycle(rows, ref, "2. Lifecycle enqueue -> claim -> complete (no-op handler)")
             explain_ratio(rows, c, a.batch)
+            print_commands(rows)
 
             report["memory"] = await memory(conn, a.memory_jobs, a.lanes)
             print_memory(report["memory"])
@@ -730,6 +789,36 @@ async def competitors(
                     f"[bold]{min(lanes) / theirs:.1f}x-{max(lanes) / theirs:.1f}x"
                 )
     return rows
+
+
+def print_commands(rows: list[dict[str, Any]]) -> None:
+    """Commands run inside the scripts per job, by command, for enqueue and for drain
+    (claim + complete, with the consumers' heartbeats and reaps), one column per run."""
+    runs = [r for r in rows if r["procs"] == min(x["procs"] for x in rows)]
+    cols: list[tuple[str, dict[str, float], float]] = []
+    for r in runs:
+        name = f"{r['source']} {r['appendfsync']}"
+        cols.append(
+            (f"enqueue {name}", r["enqueue_inside_per_job"], r["enqueue_inside_total_per_job"])
+        )
+        cols.append((f"drain {name}", r["inside_per_job"], r["inside_total_per_job"]))
+    names = sorted(
+        {k for _, d, _ in cols for k in d}, key=lambda k: -max(d.get(k, 0) for _, d, _ in cols)
+    )
+    t = Table(
+        title=f"2b. Commands per job inside the scripts (INFO commandstats, x{runs[0]['procs']} procs)"
+    )
+    t.add_column("command")
+    for label, _, _ in cols:
+        t.add_column(label, justify="right")
+    t.add_row("[bold]all", *(f"[bold]{total:.2f}" for _, _, total in cols))
+    for k in names:
+        t.add_row(k, *(f"{d[k]:.2f}" if d.get(k) else "" for _, d, _ in cols))
+    console.print(t)
+    console.print(
+        "  [dim]per job: every command the server ran during the enqueue or the drain, the "
+        "EVALSHA calls themselves and INFO left out, the parent's progress polls subtracted."
+    )
 
 
 def explain_ratio(rows: list[dict[str, Any]], c: dict[str, Any], batch: int) -> None:

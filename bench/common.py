@@ -117,6 +117,37 @@ async def command_calls(conn: Any) -> tuple[int, int]:
     return scripts, sum(int(v.get("calls", 0)) for v in stats.values() if isinstance(v, dict))
 
 
+async def command_counts(conn: Any) -> dict[str, int]:
+    """Calls so far of every command the server ran (INFO commandstats), by lowercase name;
+    commands that scripts run inside count under their own names."""
+    stats = await conn.info("commandstats")
+    return {
+        k.removeprefix("cmdstat_"): int(v.get("calls", 0))
+        for k, v in stats.items()
+        if isinstance(v, dict)
+    }
+
+
+# Commands a benchmark's own measuring sends, and the script calls themselves: left out of
+# "commands run inside the scripts".
+NOT_INSIDE = frozenset({"evalsha", "eval", "evalsha_ro", "eval_ro", "info", "script|load"})
+
+
+def inside_scripts(
+    before: dict[str, int], after: dict[str, int], less: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The commands run between two :func:`command_counts`, script calls and INFO left out,
+    minus ``less`` (say, the parent's own polls), by name, largest first, zeros dropped."""
+    out: dict[str, float] = {}
+    for name, calls in after.items():
+        if name in NOT_INSIDE:
+            continue
+        n = calls - before.get(name, 0) - (less or {}).get(name, 0.0)
+        if n > 0:
+            out[name] = n
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 async def server_cpu_seconds(conn: Any) -> float:
     """CPU seconds (user + sys) the server process has used so far."""
     cpu = await conn.info("cpu")
