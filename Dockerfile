@@ -7,13 +7,14 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-# Only what the wheel needs (hatch packages echomq, codemojex, web and the migrations).
+# Only what the wheels need: echomq (its own distribution, echomq/pyproject.toml) and
+# codemojex (codemojex, web and the migrations), which depends on it.
 COPY pyproject.toml README.md ./
 COPY echomq ./echomq
 COPY codemojex ./codemojex
 COPY web ./web
 COPY migrations ./migrations
-RUN pip install . && useradd --system --uid 10001 --no-create-home codemojex
+RUN pip install ./echomq . && useradd --system --uid 10001 --no-create-home codemojex
 
 USER codemojex
 # 8000: `codemojex web` (HTTP, websockets, /metrics); 9100: a worker's /metrics

@@ -43,6 +43,9 @@ Semantics, plainly:
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .connection import connect
 from .consumer import Consumer, Handler
 from .errors import (
@@ -67,6 +70,11 @@ from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, Token, WorkerInfo
+
+try:
+    __version__ = _version("echomq")  # one home: echomq/pyproject.toml
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "TRANSIENT",
