@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import fcntl
 import logging
-import math
 import os
 import re
 import secrets
@@ -21,11 +20,11 @@ import signal
 import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
-from codemojex.config import Config, ConfigError, parse_bool, parse_forwarded_allow_ips
+from codemojex import settings
+from codemojex.config import Config, ConfigError, ProcessOptions
 
 T = TypeVar("T")
 
@@ -35,12 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("codemojex")
 
 GRACEFUL_SHUTDOWN_S = 5
-DURABILITY = ("local", "replicated")
-MAX_PARTITIONS = 64  # a worker runs a consumer per partition: more would be idle slots
-_HIDDEN_FROM_CHILDREN = ("extra", "host", "port", "workers")  # flags, or up's business
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class Fatal(Exception):
@@ -85,198 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    common = _Parser(add_help=False)
-    common.add_argument(
-        "--log-level",
-        default=None,
-        choices=LOG_LEVELS,
-        help="how much to log (info; mash: warning; CODEMOJEX_LOG_LEVEL)",
-    )
-    common.add_argument(
-        "--log-format",
-        default=None,
-        choices=["text", "json"],
-        help="text for people, json (one object a line) for log pipelines "
-        "(text; CODEMOJEX_LOG_FORMAT)",
-    )
-    common.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="Valkey's AOF, the SQLite file, the admin token (./.codemojex; CODEMOJEX_DATA_DIR)",
-    )
-    common.add_argument(
-        "--database-url",
-        default=None,
-        help="SQL database (default: SQLite in the data dir; CODEMOJEX_DATABASE_URL)",
-    )
-    common.add_argument(
-        "--valkey-url",
-        default=None,
-        help="an external Valkey (`up` then starts none; CODEMOJEX_VALKEY_URL)",
-    )
-
-    game = _Parser(add_help=False)
-    game.add_argument(
-        "--round-seconds",
-        type=int,
-        default=None,
-        help="how long each round stays open, in seconds (120; CODEMOJEX_ROUND_SECONDS)",
-    )
-    game.add_argument(
-        "--lane-cap",
-        type=int,
-        default=None,
-        help="guesses a player may have accepted and not yet scored (100; CODEMOJEX_LANE_CAP)",
-    )
-    game.add_argument(
-        "--fifo",
-        action="store_true",
-        default=None,
-        help="serve every guess from one FIFO queue instead of fair lanes (CODEMOJEX_FIFO=1)",
-    )
-    game.add_argument(
-        "--partitions",
-        type=int,
-        default=None,
-        help="spread the guesses queue over N slots, for a Valkey Cluster; every process "
-        "of a game must agree (1; CODEMOJEX_PARTITIONS)",
-    )
-    game.add_argument(
-        "--guess-rate",
-        type=float,
-        default=None,
-        help="guesses a second per player, a token bucket on the Valkey clock "
-        "(10; 0 = no limit; CODEMOJEX_GUESS_RATE)",
-    )
-    game.add_argument(
-        "--guess-burst",
-        type=int,
-        default=None,
-        help="guesses a player may send at once before --guess-rate applies "
-        "(20; CODEMOJEX_GUESS_BURST)",
-    )
-
-    scoring = _Parser(add_help=False)
-    scoring.add_argument(
-        "--score-delay-ms",
-        type=int,
-        default=None,
-        help="make every score take at least this long, so a kill lands mid-score "
-        "(0; CODEMOJEX_SCORE_DELAY_MS)",
-    )
-    scoring.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        help="guesses scored at once per worker process (32; CODEMOJEX_CONCURRENCY)",
-    )
-    scoring.add_argument(
-        "--prefetch",
-        type=int,
-        default=None,
-        help="guesses leased ahead of free handlers per worker process (0; CODEMOJEX_PREFETCH)",
-    )
-
-    metrics = _Parser(add_help=False)
-    metrics.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        help="serve a worker's /metrics on this port; under `up` its workers take this port "
-        "and the next ones, one each (0 = off; CODEMOJEX_METRICS_PORT)",
-    )
-    metrics.add_argument(
-        "--metrics-host",
-        default=None,
-        help="address a worker's /metrics listens on (127.0.0.1; CODEMOJEX_METRICS_HOST)",
-    )
-
-    serving = _Parser(add_help=False)
-    serving.add_argument(
-        "--host", default=None, help="address to listen on (127.0.0.1; CODEMOJEX_HOST)"
-    )
-    serving.add_argument("--port", type=int, default=None, help="HTTP port (8000; CODEMOJEX_PORT)")
-    serving.add_argument(
-        "--forwarded-allow-ips",
-        default=None,
-        metavar="IPS",
-        help="proxies whose X-Forwarded-For names the client, comma-separated IPs/CIDRs or * "
-        "(none: the client is the TCP peer; CODEMOJEX_FORWARDED_ALLOW_IPS)",
-    )
-    serving.add_argument(
-        "--door-in-flight",
-        type=int,
-        default=None,
-        metavar="N",
-        help="API requests one web process works on at once; more wait, lightest senders "
-        "first (16; 0 = no bound; CODEMOJEX_DOOR_IN_FLIGHT)",
-    )
-    serving.add_argument(
-        "--door-wait-ms",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="longest a request waits at the door before 503 overloaded "
-        "(500; CODEMOJEX_DOOR_WAIT_MS)",
-    )
-    serving.add_argument(
-        "--address-in-flight",
-        type=int,
-        default=None,
-        metavar="N",
-        help="API requests one client address (an IPv6 /64) may have at a web process, "
-        "working or waiting (64; 0 = off; CODEMOJEX_ADDRESS_IN_FLIGHT)",
-    )
-
-    up = sub.add_parser(
-        "up",
-        parents=[common, game, scoring, serving, metrics],
-        help="the whole game on one machine",
-    )
-    up.add_argument(
-        "--workers", type=int, default=None, help="ScoreWorker processes (2; CODEMOJEX_WORKERS)"
-    )
-    up.add_argument(
-        "--web-processes",
-        type=int,
-        default=None,
-        help="web server processes sharing the port (1; CODEMOJEX_WEB_PROCESSES)",
-    )
-    up.add_argument(
-        "--appendfsync",
-        choices=["always", "everysec", "no"],
-        default=None,
-        help="the embedded Valkey's durability dial (always; CODEMOJEX_APPENDFSYNC)",
-    )
-    up.set_defaults(run=_up)
-
-    web = sub.add_parser("web", parents=[common, game, serving], help="one web server")
-    web.add_argument(
-        "--access-log",
-        action="store_true",
-        default=None,
-        help="log every request (CODEMOJEX_ACCESS_LOG=1)",
-    )
-    web.add_argument(
-        "--durability",
-        choices=DURABILITY,
-        default=None,
-        help="local: a 202 guess is on the master's AOF; replicated: also on a replica "
-        "(WAIT), else 503 (local; CODEMOJEX_DURABILITY)",
-    )
-    web.set_defaults(run=_web)
-
-    worker = sub.add_parser(
-        "worker", parents=[common, game, scoring, metrics], help="one ScoreWorker"
-    )
-    worker.add_argument(
-        "--worker-id", default=None, help="WRK_… id (CODEMOJEX_WORKER_ID; default: a new one)"
-    )
-    worker.set_defaults(run=_worker)
-
-    migrate = sub.add_parser("migrate", parents=[common], help="alembic upgrade head")
-    migrate.set_defaults(run=_migrate)
+    # Every flag of these four comes from a setting's one declaration (codemojex.config).
+    helps = {
+        "up": "the whole game on one machine",
+        "web": "one web server",
+        "worker": "one ScoreWorker",
+        "migrate": "alembic upgrade head",
+    }
+    runs = {"up": _up, "web": _web, "worker": _worker, "migrate": _migrate}
+    for name, what in helps.items():
+        role = sub.add_parser(name, help=what)
+        settings.add_flags(role, name, ProcessOptions, Config)
+        role.set_defaults(run=runs[name])
 
     from codemojex.mash import command as mash_command  # import-light: flags only
 
@@ -290,22 +103,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
     from codemojex.logs import configure
 
-    fmt = getattr(args, "log_format", None) or os.environ.get("CODEMOJEX_LOG_FORMAT", "text")
-    if fmt not in ("text", "json"):
-        print(f"codemojex: CODEMOJEX_LOG_FORMAT must be text or json, not {fmt!r}", file=sys.stderr)
-        sys.exit(2)
-    level = args.log_level or os.environ.get("CODEMOJEX_LOG_LEVEL")
-    if level is None:
-        level = "warning" if args.command == "mash" else "info"
-    if level not in LOG_LEVELS:
-        print(
-            f"codemojex: CODEMOJEX_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {level!r}",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    args.log_level = level
-    configure(level, "json" if fmt == "json" else "text")
     try:
+        options = _options(args)
+        level = options.log_level or ("warning" if args.command == "mash" else "info")
+        args.log_level = level
+        configure(level, "json" if options.log_format == "json" else "text")
         code = args.run(args)
     except Fatal as e:
         print(f"codemojex: {e}", file=sys.stderr)
@@ -318,54 +120,19 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     sys.exit(code)
 
 
+def _options(args: argparse.Namespace) -> ProcessOptions:
+    """This process's own settings: flags over CODEMOJEX_* over defaults."""
+    return ProcessOptions.from_env(**settings.given(args, ProcessOptions))
+
+
 def _config(args: argparse.Namespace) -> Config:
-    """Flags over CODEMOJEX_* over defaults."""
-    names = {f.name for f in fields(Config)}
-    overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    config = Config.from_env(**overrides)
-    if config.concurrency < 1 or config.prefetch < 0:
-        raise Fatal("--concurrency must be 1 or more and --prefetch 0 or more")
-    if not 0 <= config.guess_rate < math.inf or (config.guess_rate and config.guess_burst < 1):
-        raise Fatal("--guess-rate must be 0 (off) or more, and --guess-burst 1 or more")
-    if config.durability not in DURABILITY or config.replica_timeout_ms < 1:
-        raise Fatal(
-            f"--durability must be one of {', '.join(DURABILITY)}, and "
-            "CODEMOJEX_REPLICA_TIMEOUT_MS 1 or more"
-        )
-    if not 1 <= config.partitions <= MAX_PARTITIONS:
-        raise Fatal(f"--partitions must be 1 to {MAX_PARTITIONS}")
-    if not 0 <= config.metrics_port <= 65535:
-        raise Fatal("--metrics-port must be a TCP port, or 0 (off)")
-    if min(config.door_in_flight, config.door_wait_ms, config.address_in_flight) < 0:
-        raise Fatal("--door-in-flight, --door-wait-ms and --address-in-flight must be 0 or more")
-    if config.forwarded_allow_ips:
-        given_as = (
-            "--forwarded-allow-ips"
-            if getattr(args, "forwarded_allow_ips", None) is not None
-            else "CODEMOJEX_FORWARDED_ALLOW_IPS"
-        )
-        trusted = parse_forwarded_allow_ips(config.forwarded_allow_ips, given_as)
-        config = config.with_(forwarded_allow_ips=trusted)
-    return config
+    """Flags over CODEMOJEX_* over defaults, checked (codemojex.settings.check)."""
+    return Config.from_env(**settings.given(args, Config))
 
 
 def child_env(config: Config) -> dict[str, str]:
     """Our environment plus the resolved configuration as CODEMOJEX_* variables."""
-    env = dict(os.environ)
-    for f in fields(Config):
-        if f.name in _HIDDEN_FROM_CHILDREN:
-            continue
-        key = f"CODEMOJEX_{f.name.upper()}"
-        value = getattr(config, f.name)
-        if value is None:
-            env.pop(key, None)
-        elif isinstance(value, bool):
-            env[key] = "1" if value else "0"
-        elif isinstance(value, tuple):
-            env[key] = " ".join(value)
-        else:
-            env[key] = str(value)
-    return env
+    return config.to_env(os.environ)
 
 
 def _require_valkey(config: Config, command: str) -> str:
@@ -387,7 +154,7 @@ def _require_valkey(config: Config, command: str) -> str:
 
 def _web(args: argparse.Namespace) -> int:
     config = _config(args)
-    access_log = _access_log(args)
+    access_log = _options(args).access_log
     _require_valkey(config, "web")
     _private_files(config, admin_token=True)
 
@@ -436,12 +203,6 @@ def _private_files(config: Config, *, admin_token: bool = False) -> None:
         raise Fatal(f"cannot make the data dir {data_dir} private: {e}") from None
 
 
-def _access_log(args: argparse.Namespace) -> bool:
-    if args.access_log is not None:
-        return bool(args.access_log)
-    return parse_bool("CODEMOJEX_ACCESS_LOG", os.environ.get("CODEMOJEX_ACCESS_LOG", ""))
-
-
 def shared_port_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` with SO_REUSEPORT, for several processes."""
     family, kind, proto, _, address = socket.getaddrinfo(
@@ -467,7 +228,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     from codemojex.worker import run_worker
 
-    run_loop(run_worker(config, args.worker_id))
+    run_loop(run_worker(config, _options(args).worker_id))
     return 0
 
 
@@ -534,10 +295,6 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     config = _config(args)
     config = config.with_(data_dir=config.data_dir.expanduser().absolute())
-    if config.workers < 0:
-        raise Fatal("--workers must be 0 or more")
-    if config.web_processes < 1:
-        raise Fatal("--web-processes must be 1 or more")
     valkey: EmbeddedValkey | None = None
     # Everything up and its children create is the operator's alone: the AOF, the SQLite
     # file and its journal, the admin token, Valkey's config with its password.

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from codemojex import cli
-from codemojex.config import Config, ConfigError
+from codemojex.config import Config, ConfigError, ProcessOptions
+from codemojex.settings import declared
 
 RECORD = Path(__file__).with_name("cli_recorded.json")
 ROLES = ("up", "web", "worker", "migrate")
@@ -214,6 +215,36 @@ def test_up_hands_its_children_what_it_did(
     record: dict[str, Any], today: dict[str, Any], case: int
 ) -> None:
     assert today["child_env"][case] == record["child_env"][case]
+
+
+def test_every_help_shows_its_default() -> None:
+    """Help is derived from the declaration: each flag's help ends with the default (as
+    the running code has it) or what its absence means, then the flag's variable."""
+    of = {d.name: d for cls in (ProcessOptions, Config) for d in declared(cls)}
+    instances = {"ProcessOptions": ProcessOptions(), "Config": Config()}
+    seen = 0
+    for role, parser in _roles():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            d = of[action.dest]
+            help_ = str(action.help)
+            variable = f"CODEMOJEX_{action.dest.upper()}"
+            owner = (
+                "Config" if action.dest in {f.name for f in fields(Config)} else "ProcessOptions"
+            )
+            default = getattr(instances[owner], action.dest)
+            if isinstance(default, bool):
+                assert help_.endswith(f"({variable}=1)"), (role, help_)
+            else:
+                assert help_.endswith(f"; {variable})"), (role, help_)
+                if d.setting.shown is not None:
+                    assert f"({d.setting.shown};" in help_, (role, help_)
+                else:
+                    shown = f"{default:g}" if isinstance(default, float) else str(default)
+                    assert shown.lstrip("./") in help_, (role, action.dest, help_)
+            seen += 1
+    assert seen > 50
 
 
 if __name__ == "__main__":
