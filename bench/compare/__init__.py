@@ -34,13 +34,14 @@ Per peer and round, the same driver shape:
   divided by N; the benchmark's own INFO calls are left out, the worker's start-up (before
   "go") too.
 - worker CPU per job: the worker process's own CPU time (user + system, every thread, from
-  ``time.process_time()`` inside it) from "go" to its N-th job, divided by N.
+  ``time.process_time()`` inside it) from just before "go" to its N-th job, divided by N.
 
 Then EchoMQ lanes alone is drained by several worker processes at once (``--procs``), its
-steady rate given as a share of Valkey's EVALSHA ceiling (``bench.bench_echomq.ceiling``: a
-trivial ``return 1`` script, pipelined, measured first on the same server): issue #22's
-done-when reads "lane drain >= 3.5x the fastest peer from one worker process; >= 50 % of the
-EVALSHA ceiling from several processes".
+steady rate given as a share of Valkey's EVALSHA ceiling, measured first on the same server
+as ``bench.bench_echomq`` measures it (a trivial ``return 1`` script pipelined by
+``redis-benchmark -P 100 -c 8`` where Debian's redis-tools is installed, else by redis-py,
+``--ceiling-calls`` of them). Issue #22's done-when reads "lane drain >= 3.5x the fastest
+peer from one worker process; >= 50 % of the EVALSHA ceiling from several processes".
 
 The ratios are to the fastest peer (the non-EchoMQ one with the highest steady drain), figure
 by figure. The machine's load average is recorded with every round: on a shared machine read

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import bench.compare
-from bench.bench_echomq import ceiling
+from bench.bench_echomq import TRIVIAL, redis_benchmark, redispy_ceiling
 from bench.common import ROOT, embedded_server, machine, signals_raise_keyboardinterrupt
 from bench.compare import venvs
 from bench.compare.driver import DriverError
@@ -64,6 +65,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=[2, 4],
         help="worker processes of the EchoMQ lanes multi-process drain (2,4; 0: none)",
     )
+    p.add_argument(
+        "--ceiling-calls", type=int, default=400_000, help="trivial EVALSHAs of the ceiling"
+    )
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="everysec")
     p.add_argument("--venvs", type=Path, default=venvs.CACHE, help="the peers' venv cache")
     p.add_argument("--logs", type=Path, default=ROOT / "bench" / "out" / "compare-logs")
@@ -75,13 +79,31 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def _ceiling(url: str, port: int) -> dict[str, Any]:
+def _ceiling(url: str, port: int, calls: int) -> dict[str, Any]:
+    """Valkey's EVALSHA ceiling, as ``bench.bench_echomq`` measures it: a trivial script,
+    pipelined by ``redis-benchmark -P 100 -c 8`` where it is installed (Debian's
+    redis-tools), and by redis-py (pipelines of 100 on 4 connections) in any case."""
+
     async def run() -> dict[str, Any]:
         conn = redis.asyncio.Redis.from_url(url)
         try:
-            return await ceiling(conn, port, url)
+            sha = await conn.script_load(TRIVIAL)
+            try:
+                rb = redis_benchmark(port, sha, n=calls, clients=8, pipeline=100)
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError) as e:
+                console.print(f"[yellow]redis-benchmark failed: {e}")
+                rb = None
+            py = await redispy_ceiling(url, sha, total=calls // 2, conns=4, batch=100)
         finally:
             await conn.aclose()
+        return {
+            "script": TRIVIAL,
+            "calls": calls,
+            "redis_benchmark_p100_c8": rb,
+            "redispy_pipelined_b100_c4": py,
+            "reference": rb or py,
+            "reference_source": "redis-benchmark -P 100 -c 8" if rb else "redis-py pipelined",
+        }
 
     return asyncio.run(run())
 
@@ -117,7 +139,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         conn = redis.Redis.from_url(server.url)
         try:
             report["machine"] = machine(conn.info("server"))
-            report["ceiling"] = _ceiling(server.url, server.port)
+            report["ceiling"] = _ceiling(server.url, server.port, a.ceiling_calls)
             ref = float(report["ceiling"]["reference"])
             console.print(
                 f"EVALSHA ceiling: {ref:,.0f} calls/s ({report['ceiling']['reference_source']})"

@@ -3,6 +3,7 @@ report, then medians over rounds and ratios to the fastest peer. Pure functions,
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted sequence (q in 0..1)."""
     if not sorted_values:
         raise ValueError("no values")
-    i = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))
+    i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values) - 1e-9) - 1))
     return float(sorted_values[i])
 
 
