@@ -30,7 +30,7 @@ console = Console()
 if not console.is_terminal:  # piped or captured: wide enough for the table, no live bars
     console = Console(width=160)
 
-NOT_FIGURES = ("version", "loadavg_1m", "per_worker", "procs")
+NOT_FIGURES = ("version", "loadavg_1m", "per_worker", "procs", "extra_runs")
 
 
 def _keys(text: str) -> list[str]:
@@ -123,6 +123,7 @@ def _pythons(peers: list[Peer], cache: Path, errors: list[str]) -> dict[str, Pat
 def run(a: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     errors: list[str] = []
+    notes: list[str] = []
     peers = [BY_KEY[k] for k in a.peers]
     load_start = os.getloadavg()[0]
     console.print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -133,6 +134,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "method": bench.compare.__doc__,
         "pins": {p.key: list(p.requirements) for p in peers if not p.ours},
         "errors": errors,
+        "notes": notes,
     }
     with embedded_server(a.appendfsync) as server:
         assert server.port is not None
@@ -183,6 +185,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                             errors.append(f"round {r + 1}, {name}: {e}")
                             console.print(f"[yellow]round {r + 1}, {name} failed: {e}")
                             row = None
+                        if row is not None and row.get("extra_runs"):
+                            notes.append(
+                                f"round {r + 1}, {name}: {row['extra_runs']} handler runs past "
+                                "the jobs enqueued (jobs delivered twice)"
+                            )
                         if row is not None:
                             row["round"] = r + 1
                             rounds.setdefault(key, []).append(row)

@@ -79,7 +79,7 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
                 + " %",
             )
         console.print(mt)
-    for e in report.get("errors", []):
+    for e in report.get("notes", []) + report.get("errors", []):
         console.print(f"[yellow]  {e}")
 
 
@@ -116,7 +116,7 @@ _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{padding:4px 10px;border-bottom:1px solid #ddd}
 td{text-align:right}td:first-child,th:first-child{text-align:left}
-.r{color:#888;font-size:12px}.ours{font-weight:600}figure{margin:1.5em 0}
+.r{color:#888;font-size:12px}.ours{font-weight:600}figure{margin:1em 0}.charts{display:grid;grid-template-columns:1fr 1fr;gap:0 2em}
 figcaption{font-weight:600;margin-bottom:.3em}code{background:#f4f4f4;padding:0 3px}
 """
 _OURS, _THEIRS = "#2b6cb0", "#a0aec0"
@@ -124,7 +124,7 @@ _OURS, _THEIRS = "#2b6cb0", "#a0aec0"
 
 def bar_chart(fig: Figure, rows: Sequence[tuple[str, float, float, float]]) -> str:
     """Horizontal bars (the median) with a whisker from the lowest to the highest round."""
-    label_w, bar_w, row_h, top = 150, 520, 24, 8
+    label_w, bar_w, row_h, top = 120, 310, 24, 8
     width, height = label_w + bar_w + 90, top + row_h * len(rows) + 24
     top_value = max((hi for _, _, _, hi in rows), default=0.0) or 1.0
     parts = [
@@ -151,15 +151,19 @@ def bar_chart(fig: Figure, rows: Sequence[tuple[str, float, float, float]]) -> s
             f"</text>"
         )
     axis_y = top + row_h * len(rows) + 4
-    better = "higher is better" if fig.higher_is_better else "lower is better"
     parts.append(
         f'<line x1="{label_w}" x2="{label_w + bar_w}" y1="{axis_y}" y2="{axis_y}" stroke="#999"/>'
         f'<text x="{label_w}" y="{axis_y + 16}" font-size="11" fill="#666">0</text>'
         f'<text x="{label_w + bar_w}" y="{axis_y + 16}" font-size="11" fill="#666" '
-        f'text-anchor="end">{top_value:,.{_digits(top_value)}f} {html.escape(fig.unit)} '
-        f"({better}; whisker: lowest to highest round)</text></svg>"
+        f'text-anchor="end">{top_value:,.{_digits(top_value)}f} {html.escape(fig.unit)}</text>'
+        "</svg>"
     )
     return "".join(parts)
+
+
+def _unit(fig: Figure) -> str:
+    better = "higher is better" if fig.higher_is_better else "lower is better"
+    return f"{fig.unit}, {better}" if fig.unit else better
 
 
 def _digits(v: float) -> int:
@@ -181,6 +185,35 @@ def _chart_rows(
         if m is not None and spread is not None:
             rows.append((name, float(m), *spread))
     return rows
+
+
+def _rounds_table(report: Mapping[str, Any]) -> str:
+    """Every round of every peer, with the machine's load when it ran."""
+    out = ["<h2>Every round</h2><table><tr><th>queue</th><th>round</th><th>load 1 min</th>"]
+    out += [f"<th>{html.escape(h).replace(chr(10), '<br>')}</th>" for h, _, _ in COLUMNS]
+    out.append("</tr>")
+    for key, peer in report["peers"].items():
+        for row in sorted(peer.get("rounds") or [], key=lambda r: r["round"]):
+            out.append(
+                f"<tr><td>{html.escape(key)}</td><td>{row['round']}</td>"
+                f"<td>{row['loadavg_1m']:.2f}</td>"
+            )
+            out += [
+                "<td>" + " / ".join(num(row.get(k), digits) for k in keys) + "</td>"
+                for _, keys, digits in COLUMNS
+            ]
+            out.append("</tr>")
+    for procs, multi in (report.get("multi") or {}).items():
+        for row in sorted(multi.get("rounds") or [], key=lambda r: r["round"]):
+            share = 100 * row["share_of_ceiling"]
+            out.append(
+                f"<tr><td>echomq-lanes x{html.escape(procs)}</td><td>{row['round']}</td>"
+                f"<td>{row['loadavg_1m']:.2f}</td><td>{row['drain_steady_per_s']:,.0f}</td>"
+                f"<td colspan=4 style='text-align:left'>{share:.1f} % of the EVALSHA ceiling, "
+                f"{row['cmds_drain_per_job']:.1f} cmds/job</td></tr>"
+            )
+    out.append("</table>")
+    return "".join(out)
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -227,11 +260,15 @@ def render_html(report: Mapping[str, Any]) -> str:
     )
     out += [f"<li>{html.escape(line)}</li>" for line in verdict_lines(report)]
     out.append("</ul>")
+    out.append(
+        "<p class=r>Bars: the median over the rounds; whiskers: the lowest to the highest round."
+        "</p><div class=charts>"
+    )
     for fig in FIGURES:
         rows = _chart_rows(report["peers"], fig.key)
         if rows:
             out.append(
-                f"<figure><figcaption>{html.escape(fig.label)} ({html.escape(fig.unit)})"
+                f"<figure><figcaption>{html.escape(fig.label)} ({html.escape(_unit(fig))})"
                 f"</figcaption>{bar_chart(fig, rows)}</figure>"
             )
     multi = report.get("multi") or {}
@@ -241,11 +278,14 @@ def render_html(report: Mapping[str, Any]) -> str:
             rows = _chart_rows(named, fig.key)
             if rows:
                 out.append(
-                    f"<figure><figcaption>EchoMQ lanes, several worker processes: "
-                    f"{html.escape(fig.label)}</figcaption>{bar_chart(fig, rows)}</figure>"
+                    f"<figure><figcaption>EchoMQ lanes, several processes: "
+                    f"{html.escape(fig.label)} ({html.escape(_unit(fig))})</figcaption>"
+                    f"{bar_chart(fig, rows)}</figure>"
                 )
+    out.append("</div>")
+    out.append(_rounds_table(report))
     out.append(f"<h2>How it was measured</h2><pre>{html.escape(report['method'])}</pre>")
-    for e in report.get("errors", []):
+    for e in report.get("notes", []) + report.get("errors", []):
         out.append(f"<p class=r>{html.escape(e)}</p>")
     out.append("</body></html>")
     return "\n".join(out)

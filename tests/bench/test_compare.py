@@ -85,7 +85,8 @@ def test_a_tiny_comparison_reports_every_figure_and_renders(saq_venv: Path, tmp_
     page = out_html.read_text(encoding="utf-8")
     tags = _Tags()
     tags.feed(page)
-    assert tags.tags.get("table") == 1 and tags.tags.get("tr") == 3  # header + 2 peers
+    # the summary (a header, 2 peers) and every round (a header, 2 peers, 1 multi-process)
+    assert tags.tags.get("table") == 2 and tags.tags.get("tr") == 3 + 4
     svgs = [
         page[i : page.index("</svg>", i) + len("</svg>")]
         for i in range(len(page))
