@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer
 
     import echomq
+    import echomq.hooks
 
 log = logging.getLogger("codemojex.tracing")
 
@@ -304,52 +305,57 @@ _NOTHING = contextlib.nullcontext()
 def trace_completions(queue: echomq.Queue) -> None:
     """Give each completion of a traced claim an ``echomq.complete`` span, child of its
     consumer span. The consumer completes in pipelined batches after the handler
-    returned, so this wraps ``queue.jobs.complete_encoded`` (one process's queue object:
-    EchoMQ itself knows nothing of tracing). Off: nothing is wrapped."""
+    returned, so this adds an ``around_complete`` hook to ``queue`` (every consumer of
+    that queue object started from now on uses it; EchoMQ itself knows nothing of
+    tracing). Off: no hook is added."""
     if not enabled():
         return
+    from echomq.hooks import Hooks
+
+    queue.add_hooks(Hooks(around_complete=_complete_spans))
+
+
+async def _complete_spans(
+    items: Sequence[echomq.hooks.Completion], send: echomq.hooks.Send
+) -> list[bool]:
+    """The ``around_complete`` hook: a client span per traced completion in the batch,
+    ended with the verdict (``echomq.completed``: False = stale, not counted)."""
     from opentelemetry import trace
     from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 
-    real = queue.jobs.complete_encoded
-
-    async def complete_encoded(items: Any) -> list[bool]:
-        items = list(items)
-        spans = []
-        for job_id, token, _ in items:
-            ctx = _finished.get((job_id, token))
-            if ctx is not None:
-                spans.append(
-                    (
-                        (job_id, token),
-                        _t().start_span(
-                            "echomq.complete",
-                            context=trace.set_span_in_context(NonRecordingSpan(ctx)),
-                            kind=SpanKind.CLIENT,
-                            attributes={
-                                "job_id": job_id,
-                                "attempts": token,
-                                "echomq.batch": len(items),
-                            },
-                        ),
-                    )
+    spans = []
+    for job_id, token, _ in items:
+        ctx = _finished.get((job_id, token))
+        if ctx is not None:
+            spans.append(
+                (
+                    (job_id, token),
+                    _t().start_span(
+                        "echomq.complete",
+                        context=trace.set_span_in_context(NonRecordingSpan(ctx)),
+                        kind=SpanKind.CLIENT,
+                        attributes={
+                            "job_id": job_id,
+                            "attempts": token,
+                            "echomq.batch": len(items),
+                        },
+                    ),
                 )
-        try:
-            verdicts = await real(items)
-        except BaseException as e:
-            for _, s in spans:  # the consumer sends them again: new spans then
-                s.record_exception(e)
-                s.set_status(Status(StatusCode.ERROR, type(e).__name__))
-                s.end()
-            raise
-        done = {(j, t): v for (j, t, _), v in zip(items, verdicts, strict=True)}
-        for key, s in spans:
-            s.set_attribute("echomq.completed", done[key])  # False: stale, not counted
+            )
+    try:
+        verdicts = await send(items)
+    except BaseException as e:
+        for _, s in spans:  # the consumer sends them again: new spans then
+            s.record_exception(e)
+            s.set_status(Status(StatusCode.ERROR, type(e).__name__))
             s.end()
-            _finished.pop(key, None)
-        return verdicts
-
-    queue.jobs.complete_encoded = complete_encoded  # type: ignore[method-assign]
+        raise
+    done = {(j, t): v for (j, t, _), v in zip(items, verdicts, strict=True)}
+    for key, s in spans:
+        s.set_attribute("echomq.completed", done[key])  # False: stale, not counted
+        s.end()
+        _finished.pop(key, None)
+    return verdicts
 
 
 # -- web: the push ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
 from echomq.backoff import Backoff
 from echomq.connection import connect_sync
+from echomq.hooks import Hooks
 
 log = logging.getLogger("codemojex.worker")
 
@@ -100,19 +101,18 @@ async def _keep_rounds_and_floor(game: Game) -> None:
             log.warning("round/floor sweep failed: %s", e)
 
 
-def _arm_mid_extend(queue: echomq.Queue) -> None:
-    """Tests only (``CODEMOJEX_TEST_CRASH=mid_extend:p``): wrap this process's lease
-    extension so the worker may die after the extend reached the server and before the
-    consumer acts on the answer. EchoMQ knows nothing of crash points; this is the seam."""
-    real = queue.jobs.extend_many
+def _fault_hooks() -> list[Hooks]:
+    """Tests only (``CODEMOJEX_TEST_CRASH=mid_extend:p``): a hook after each lease
+    renewal, so the worker may die after the extend reached the server and before the
+    consumer acts on the answer. EchoMQ knows nothing of crash points; its
+    ``after_extend`` hook is the seam. Unarmed: no hook at all."""
+    if not crashpoints.armed("mid_extend"):
+        return []
 
-    async def extend_many(items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
-        verdicts = await real(items, lease_ms)
-        if items:
-            crashpoints.maybe_crash("mid_extend")
-        return verdicts
+    def mid_extend(claims: Sequence[echomq.Claim], verdicts: Sequence[bool]) -> None:
+        crashpoints.maybe_crash("mid_extend")
 
-    queue.jobs.extend_many = extend_many  # type: ignore[method-assign]
+    return [Hooks(after_extend=mid_extend)]
 
 
 async def run_worker(config: Config, worker_id: str | None = None) -> None:
@@ -121,8 +121,6 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     game = Game.connect(config)
     for partition in game.queues.partitions:
         tracing.trace_completions(partition)
-        if crashpoints.armed("mid_extend"):
-            _arm_mid_extend(partition)
     scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
     meters = WorkerMetrics(worker_id)
     # One consumer per partition under this one worker id, the handlers split among them;
@@ -141,6 +139,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         # A guess whose scoring hangs is failed and retried, not held for ever; a database
         # that cannot be reached makes the handler raise Unavailable (see ScoreWorker).
         timeout_ms=config.score_timeout_ms or None,
+        hooks=_fault_hooks(),
     )
     rounds = echomq.Consumer(
         game.rounds.queue,

@@ -40,7 +40,7 @@ import os
 import random
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,6 +52,7 @@ from . import checks
 from .backoff import Backoff
 from .codec import text
 from .errors import TRANSIENT, Retry, Unavailable
+from .hooks import HookChain, Hooks, checked
 from .ids import worker_id as mint_worker_id
 from .jobs import encode_result
 from .queue import Queue
@@ -219,6 +220,10 @@ class Consumer:
             the handler needs.
         probe_max_ms: the longest pause between two probes (backoff from 100 ms up to
             this; at most 5,000).
+        hooks: :class:`~echomq.Hooks` for this consumer: around the handler, on claim,
+            around completions, on fail, on release, after lease renewals. They run after
+            the queue's own (``Queue(..., hooks=)``), which are read when :meth:`run`
+            starts. A raising hook never loses a job: see :mod:`echomq.hooks`.
 
     A dependency down: a handler that raises :class:`~echomq.Unavailable` hands its job
     back as ``release`` does (no delivery spent, no failure counted), and the consumer
@@ -260,6 +265,7 @@ class Consumer:
         timeout_ms: int | None = None,
         probe: Callable[[], Awaitable[Any]] | None = None,
         probe_max_ms: int = 1_000,
+        hooks: Iterable[Hooks] | None = None,
     ) -> None:
         if not isinstance(queue, Queue):
             raise TypeError(f"queue must be an echomq.Queue, got {type(queue).__name__}")
@@ -326,6 +332,9 @@ class Consumer:
         self.timeout_ms = timeout_ms
         self.probe = probe
         self.probe_max_ms = probe_max_ms
+        self.hooks = checked(hooks)
+        self._hooks = HookChain((*queue.hooks, *self.hooks))  # again at run()
+        self._handle = self._hooks.wrap(handler)
         # How long a suspect keeps this consumer from claiming more, from its start.
         self.suspect_ms = lease_ms if timeout_ms is None else min(lease_ms, timeout_ms)
         # Counters, for tests and for the worker's self-description.
@@ -414,6 +423,8 @@ class Consumer:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
+        self._hooks = HookChain((*self.queue.hooks, *self.hooks))  # hooks added since
+        self._handle = self._hooks.wrap(self.handler)
         owns_reaper = self.reaper and self.queue.name not in _REAPERS
         if owns_reaper:
             _REAPERS.add(self.queue.name)
@@ -528,6 +539,7 @@ class Consumer:
             if got.claims:
                 self._busy.set()
                 careful = any(c.stalls for c in got.claims)
+                await self._hooks.claimed(got.claims)
             if self._outage is not None and not probing:
                 # Claimed as the outage began: hand it all back, untouched.
                 for claim in got.claims:
@@ -546,6 +558,9 @@ class Consumer:
                 )
                 self.released += sum(1 for ok in done if ok is True)
                 unsure = unsure or any(isinstance(ok, BaseException) for ok in done)
+                for claim, ok in zip(extra, done, strict=True):
+                    if isinstance(ok, bool):
+                        await self._hooks.released(claim, ok)
             for claim in kept:
                 self._held[_key(claim)] = claim
                 self._ready.put_nowait(claim)
@@ -664,6 +679,7 @@ class Consumer:
             self.released += 1
         else:
             self.stale += 1
+        await self._hooks.released(claim, ok)
         return ok
 
     def _suspect_hold(self) -> float | None:
@@ -795,8 +811,8 @@ class Consumer:
 
     async def _call(self, claim: Claim) -> Any:
         # A handler may return any awaitable (a coroutine, a future); a task needs a
-        # coroutine, so it runs this one.
-        return await self.handler(claim)
+        # coroutine, so it runs this one. The handler inside its hooks' around_handler.
+        return await self._handle(claim)
 
     async def _process(self, claim: Claim) -> None:
         key = _key(claim)
@@ -952,6 +968,7 @@ class Consumer:
             self.stale += 1
         else:
             self.failed += 1
+        await self._hooks.failed(claim, error, outcome)
         # One line per failure, with the ids as fields for JSON logs; "dead" is the one an
         # operator must act on, so it is a warning.
         log.log(
@@ -1006,7 +1023,9 @@ class Consumer:
                 if alone:
                     answers: list[Any] = await asyncio.gather(
                         *(
-                            self.queue.jobs.complete_encoded([(d.job_id, d.token, d.result)])
+                            self._hooks.complete(
+                                [(d.job_id, d.token, d.result)], self.queue.jobs.complete_encoded
+                            )
                             for d in items
                         ),
                         return_exceptions=True,
@@ -1017,8 +1036,9 @@ class Consumer:
                 else:
                     try:
                         outcome = list(
-                            await self.queue.jobs.complete_encoded(
-                                [(d.job_id, d.token, d.result) for d in items]
+                            await self._hooks.complete(
+                                [(d.job_id, d.token, d.result) for d in items],
+                                self.queue.jobs.complete_encoded,
                             )
                         )
                     except Exception as e:  # noqa: BLE001 - retried below
@@ -1080,6 +1100,7 @@ class Consumer:
         verdicts = await self.queue.jobs.extend_many(
             [(c.job_id, c.token) for c in held], self.lease_ms
         )
+        await self._hooks.extended(held, verdicts)
         renewed_until = asyncio.get_running_loop().time() + self.lease_ms / 1000
         for claim, ok in zip(held, verdicts, strict=True):
             key = _key(claim)
@@ -1232,8 +1253,11 @@ class Consumer:
 
     async def _release(self, claim: Claim) -> None:
         try:
-            if await self.queue.jobs.release(claim.job_id, claim.token):
-                self.released += 1
+            ok = await self.queue.jobs.release(claim.job_id, claim.token)
         except Exception as e:  # noqa: BLE001 - best effort: the lease runs out instead
             log.warning("release of %s failed (%s); its lease will run out", claim.job_id, e)
+        else:
+            if ok:
+                self.released += 1
+            await self._hooks.released(claim, ok)
         self._held.pop(_key(claim), None)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import checks
 from .codec import text
 from .errors import NotReplicated
 from .events import Events
+from .hooks import Hooks, checked, enqueue_headers
 from .jobs import Jobs
 from .keys import Keys
 from .lanes import Lanes
@@ -19,15 +20,31 @@ from .types import QueueStats, WorkerInfo
 
 
 class Queue:
-    """A reliable queue. ``conn`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``)."""
+    """A reliable queue. ``conn`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``).
 
-    def __init__(self, conn: Any, name: str, settings: Settings | None = None) -> None:
+    Args:
+        conn: the client every call of this queue object goes through.
+        name: the queue's name; its keys live under ``emq:{name}:``.
+        settings: retention, backoff and replication knobs (:class:`~echomq.Settings`).
+        hooks: :class:`~echomq.Hooks` used by every enqueue through this object and by
+            every consumer of it (see :mod:`echomq.hooks`); more with :meth:`add_hooks`.
+    """
+
+    def __init__(
+        self,
+        conn: Any,
+        name: str,
+        settings: Settings | None = None,
+        *,
+        hooks: Iterable[Hooks] | None = None,
+    ) -> None:
         checks.name("queue name", name)
         if "{" in name or "}" in name:
             raise ValueError("queue name must be non-empty and free of braces")
         self.conn = conn
         self.name = name
         self.settings = settings or Settings()
+        self.hooks: tuple[Hooks, ...] = checked(hooks)
         self.keys = Keys(name)
         self.runner = Runner(conn, self.keys.fence)
         self.jobs = Jobs(self)
@@ -36,8 +53,19 @@ class Queue:
         self.events = Events(self)
 
     def using(self, conn: Any) -> Queue:
-        """The same queue on another connection (e.g. a dedicated one for blocking calls)."""
-        return Queue(conn, self.name, self.settings)
+        """The same queue on another connection (e.g. a dedicated one for blocking calls),
+        with the same settings and hooks."""
+        return Queue(conn, self.name, self.settings, hooks=self.hooks)
+
+    def add_hooks(self, *hooks: Hooks) -> None:
+        """Use ``hooks`` too, after those already given: in every enqueue from now on and
+        in every consumer of this object that starts (``run()``) from now on."""
+        self.hooks = (*self.hooks, *checked(hooks))
+
+    def enqueue_headers(self, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """The headers an enqueue stores: ``headers`` after every hook's ``on_enqueue``
+        (``headers`` itself, untouched, when no hook has one)."""
+        return enqueue_headers(self.hooks, headers) if self.hooks else headers
 
     async def enqueue_call(
         self, script: Script, keys: Sequence[str], args: Sequence[Arg]
