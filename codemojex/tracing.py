@@ -310,9 +310,9 @@ def trace_completions(queue: echomq.Queue) -> None:
     tracing). Off: no hook is added."""
     if not enabled():
         return
-    from echomq.hooks import Hooks
+    import echomq
 
-    queue.add_hooks(Hooks(around_complete=_complete_spans))
+    queue.add_hooks(echomq.Hooks(around_complete=_complete_spans))
 
 
 async def _complete_spans(

@@ -24,7 +24,6 @@ from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
 from echomq.backoff import Backoff
 from echomq.connection import connect_sync
-from echomq.hooks import Hooks
 
 log = logging.getLogger("codemojex.worker")
 
@@ -101,7 +100,7 @@ async def _keep_rounds_and_floor(game: Game) -> None:
             log.warning("round/floor sweep failed: %s", e)
 
 
-def _fault_hooks() -> list[Hooks]:
+def _fault_hooks() -> list[echomq.Hooks]:
     """Tests only (``CODEMOJEX_TEST_CRASH=mid_extend:p``): a hook after each lease
     renewal, so the worker may die after the extend reached the server and before the
     consumer acts on the answer. EchoMQ knows nothing of crash points; its
@@ -112,7 +111,7 @@ def _fault_hooks() -> list[Hooks]:
     def mid_extend(claims: Sequence[echomq.Claim], verdicts: Sequence[bool]) -> None:
         crashpoints.maybe_crash("mid_extend")
 
-    return [Hooks(after_extend=mid_extend)]
+    return [echomq.Hooks(after_extend=mid_extend)]
 
 
 async def run_worker(config: Config, worker_id: str | None = None) -> None:

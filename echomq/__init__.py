@@ -63,6 +63,7 @@ from .errors import (
     ServerError,
     Unavailable,
 )
+from .hooks import Hooks
 from .ids import branded, is_branded, job_id, ulid, worker_id
 from .keys import Keys
 from .lanes import Dedup
@@ -89,6 +90,7 @@ __all__ = [
     "Enqueued",
     "Event",
     "Handler",
+    "Hooks",
     "InvalidState",
     "JobInfo",
     "JobNotFound",

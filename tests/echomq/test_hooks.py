@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import echomq
-from echomq.hooks import Completion, Handler, Hooks, Send
+from echomq.hooks import Completion, Handler, Send
 from echomq.types import FailOutcome
 from tests.echomq.test_consumer import completed, wait_for
 
@@ -51,14 +51,14 @@ async def test_around_handler_hooks_nest_queue_first_and_their_result_is_complet
 ) -> None:
     order: list[str] = []
 
-    def around(name: str) -> Hooks:
+    def around(name: str) -> echomq.Hooks:
         async def hook(claim: echomq.Claim, call_next: Handler) -> Any:
             order.append(f"{name}>")
             result = await call_next(claim)
             order.append(f"<{name}")
             return {name: result}
 
-        return Hooks(around_handler=hook)
+        return echomq.Hooks(around_handler=hook)
 
     q.add_hooks(around("queue"))
     jid = await q.lanes.enqueue("a", 7)
@@ -81,7 +81,7 @@ async def test_a_raising_around_handler_fails_the_job_which_is_retried_not_lost(
         return await call_next(claim)
 
     ids = [await q.lanes.enqueue(f"l{i}", i) for i in range(5)]
-    await start(echo, hooks=[Hooks(around_handler=hook)], concurrency=3)
+    await start(echo, hooks=[echomq.Hooks(around_handler=hook)], concurrency=3)
     await wait_for(lambda: completed(q, 5))
     assert sorted(raised) == sorted(ids)
     for jid in ids:
@@ -108,7 +108,7 @@ async def test_on_claim_sees_every_leased_job_before_its_handler_starts(
             started_before_claimed.append(claim.job_id)
 
     ids = [await q.lanes.enqueue(f"l{i % 4}", i) for i in range(40)]
-    await start(handler, hooks=[Hooks(on_claim=on_claim)], concurrency=4, batch=8)
+    await start(handler, hooks=[echomq.Hooks(on_claim=on_claim)], concurrency=4, batch=8)
     await wait_for(lambda: completed(q, 40))
     assert sorted(claimed) == sorted(ids)  # each once
     assert started_before_claimed == []
@@ -128,7 +128,9 @@ async def test_a_raising_or_async_notification_changes_no_jobs_fate(
 
     ids = [await q.lanes.enqueue(f"l{i}", i) for i in range(10)]
     with caplog.at_level(logging.WARNING, logger="echomq.hooks"):
-        await start(echo, hooks=[Hooks(on_claim=broken), Hooks(on_claim=slow)], concurrency=2)
+        await start(
+            echo, hooks=[echomq.Hooks(on_claim=broken), echomq.Hooks(on_claim=slow)], concurrency=2
+        )
         await wait_for(lambda: completed(q, 10))
     assert await states(q, ids) == ["completed"] * 10
     assert sum(awaited) == 10  # the hook after the broken one still ran, and was awaited
@@ -150,7 +152,7 @@ async def test_around_complete_wraps_each_batch_with_its_verdicts(
         return verdicts
 
     ids = [await q.lanes.enqueue(f"l{i % 5}", i) for i in range(30)]
-    await start(echo, hooks=[Hooks(around_complete=around)], concurrency=6)
+    await start(echo, hooks=[echomq.Hooks(around_complete=around)], concurrency=6)
     await wait_for(lambda: completed(q, 30))
     assert sorted(j for j, _, _ in seen) == sorted(ids)
     assert all(t == 1 and v is True for _, t, v in seen)
@@ -171,7 +173,7 @@ async def test_a_broken_around_complete_is_passed_over_and_counts_nothing_twice(
         return verdicts[:-1]  # "bad verdicts": one short
 
     ids = [await q.lanes.enqueue(f"l{i}", i) for i in range(12)]
-    c = await start(echo, hooks=[Hooks(around_complete=around)], concurrency=4)
+    c = await start(echo, hooks=[echomq.Hooks(around_complete=around)], concurrency=4)
     await wait_for(lambda: completed(q, 12))
     await wait_for(lambda: _done(c, 12))
     assert await states(q, ids) == ["completed"] * 12
@@ -197,7 +199,7 @@ async def test_the_sends_own_error_goes_back_to_the_consumer_which_retries(
         return await send(items)
 
     jid = await q.lanes.enqueue("a", 1)
-    c = await start(echo, hooks=[Hooks(around_complete=around)])
+    c = await start(echo, hooks=[echomq.Hooks(around_complete=around)])
     await wait_for(lambda: completed(q, 1))
     info = await q.jobs.get(jid)
     assert info is not None and info.state == "completed" and info.result == 1
@@ -217,7 +219,7 @@ async def test_on_fail_sees_the_error_and_the_outcome(q: echomq.Queue, start: St
         raise echomq.Retry(10, f"no {claim.token}")
 
     await q.lanes.enqueue("a", 1, max_attempts=2)
-    await start(handler, hooks=[Hooks(on_fail=on_fail)])
+    await start(handler, hooks=[echomq.Hooks(on_fail=on_fail)])
     await wait_for(lambda: _len_at_least(seen, 2))
     assert seen == [(1, "no 1", "scheduled"), (2, "no 2", "dead")]
 
@@ -240,7 +242,7 @@ async def test_on_release_sees_the_hand_back_of_a_dependency_down(
             raise echomq.Unavailable("the database")
 
     jid = await q.lanes.enqueue("a", 1)
-    c = await start(handler, hooks=[Hooks(on_release=on_release)], probe_max_ms=50)
+    c = await start(handler, hooks=[echomq.Hooks(on_release=on_release)], probe_max_ms=50)
     await wait_for(lambda: _len_at_least(released, 1))
     assert released[0] == (jid, True)
     down = False
@@ -264,7 +266,7 @@ async def test_on_release_sees_a_stops_releases(q: echomq.Queue) -> None:
         concurrency=1,
         prefetch=2,
         grace_ms=50,
-        hooks=[Hooks(on_release=lambda claim, ok: released.append((claim.job_id, ok)))],
+        hooks=[echomq.Hooks(on_release=lambda claim, ok: released.append((claim.job_id, ok)))],
     )
     task = asyncio.create_task(c.run())
     await wait_for(lambda: _len_at_least(c.in_flight, 3))
@@ -290,7 +292,7 @@ async def test_after_extend_sees_the_verdicts_before_the_lost_handler_is_cancell
         await asyncio.sleep(30)
 
     jid = await q.lanes.enqueue("a", 1)
-    c = await start(handler, lease_ms=300, hooks=[Hooks(after_extend=after_extend)])
+    c = await start(handler, lease_ms=300, hooks=[echomq.Hooks(after_extend=after_extend)])
     await wait_for(lambda: _len_at_least(seen, 1))
     assert seen[0][:2] == ([jid], [True])
     [held] = c.in_flight
@@ -318,7 +320,7 @@ async def test_on_enqueue_adds_headers_on_both_enqueues_after_the_callers(
     def add(headers: Mapping[str, str]) -> Mapping[str, str]:
         return {**headers, "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
 
-    hooked = echomq.Queue(q.conn, q.name, hooks=[Hooks(on_enqueue=add)])
+    hooked = echomq.Queue(q.conn, q.name, hooks=[echomq.Hooks(on_enqueue=add)])
     a = await hooked.lanes.enqueue("a", 1, headers={"tenant": "t1"})
     b = await hooked.jobs.enqueue(2)
     c = await q.lanes.enqueue("a", 3)  # the same queue through an object without the hook
@@ -349,7 +351,7 @@ async def test_a_broken_on_enqueue_never_refuses_the_enqueue(
     q: echomq.Queue, hook: Callable[[Mapping[str, str]], Any]
 ) -> None:
     hooked = q.using(q.conn)
-    hooked.add_hooks(Hooks(on_enqueue=hook))
+    hooked.add_hooks(echomq.Hooks(on_enqueue=hook))
     jid = await hooked.lanes.enqueue("a", 1, headers={"kept": "yes"})
     info = await q.jobs.get(jid)
     assert info is not None and info.state == "pending" and info.headers == {"kept": "yes"}
@@ -362,5 +364,5 @@ async def test_hooks_must_be_hooks(q: echomq.Queue) -> None:
         echomq.Consumer(q, echo, hooks=[lambda c: c])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="echomq.Hooks"):
         echomq.Queue(q.conn, q.name, hooks=[object()])  # type: ignore[list-item]
-    hooked = echomq.Queue(q.conn, q.name, hooks=[Hooks()])
+    hooked = echomq.Queue(q.conn, q.name, hooks=[echomq.Hooks()])
     assert hooked.using(q.conn).hooks == hooked.hooks
