@@ -12,7 +12,9 @@ measures, in one run:
    processes, from ``source="lanes"`` (100 lanes) and ``source="jobs"``; the clock runs from
    "go" to the moment ``q.stats()`` counts all N completed. Printed beside the EVALSHA ceiling
    as a ratio. Repeated under ``appendfsync always`` unless that is the main mode already.
-3. Valkey memory per pending job, 100,000 pending jobs with a small payload, lanes and plain.
+3. Valkey memory per pending job, 100,000 pending jobs with the game's guess payload: the
+   game's shape (a lane per player, at most 100 pending each), 100 deep lanes, and plain;
+   then enqueue -> completed event latency at a steady 500 jobs/s, one consumer process.
 4. The same lifecycle with SAQ and arq on the same server, when importable
    (``uv pip install saq`` / ``uv pip install --no-deps arq``; arq pins redis<6 but runs on
    the project's redis-py; or pass ``--install-competitors``).
@@ -478,6 +480,12 @@ def print_lifecycle(rows: list[dict[str, Any]], ceiling_ref: float, title: str) 
 # 3. Memory
 
 
+async def flush_sync(conn: Any) -> None:
+    """FLUSHALL SYNC: a lazy (background) flush would still be freeing the last run's keys
+    while the next measurement starts."""
+    await conn.execute_command("FLUSHALL", "SYNC")
+
+
 def game_enqueue_call(q: Queue, i: int, lanes: int, payload: bytes) -> Call:
     """A guess as codemojex.guesses submits it: the player's own lane (a PLR_ id), numbered
     within the round (so the row has a ``seq``), the lane its own load subject."""
@@ -498,7 +506,7 @@ async def memory(conn: aioredis.Redis, n: int, lanes: int) -> list[dict[str, Any
     payload = orjson.dumps(PAYLOAD)
     out = []
     for source, n_lanes in (("game", max(1, n // 100)), ("lanes", lanes), ("jobs", 0)):
-        await conn.flushall()
+        await flush_sync(conn)
         await asyncio.sleep(0.2)
         q = Queue(conn, f"mem-{source}")
         before = await used_memory(conn)
@@ -562,6 +570,87 @@ def print_memory(rows: list[dict[str, Any]]) -> None:
         "  [dim]job row B = MEMORY USAGE of one job's hash; the rest is its entry in "
         "the lane/pending sorted set and the key-space overhead."
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# 3b. Latency at a steady rate
+
+
+async def latency(
+    conn: aioredis.Redis, url: str, *, source: str, rate: float, seconds: float, lanes: int
+) -> dict[str, Any]:
+    """One consumer process; jobs enqueued one at a time at ``rate``/s for ``seconds``; each
+    job's time from its enqueue call to its ``completed`` event read back by this process
+    (XREAD BLOCK on a connection of its own), on one clock."""
+    await flush_sync(conn)
+    q = Queue(conn, f"lat-{source}")
+    payload = orjson.dumps(PAYLOAD)
+    n = max(1, int(rate * seconds))
+    sent: dict[str, float] = {}
+    took: list[float] = []
+    reader = aioredis.from_url(url)
+    args = ["--lib", "echomq", "--url", url, "--queue", q.name, "--source", source]
+    try:
+        with WorkerProcs(1, args) as workers:
+            workers.go()
+
+            async def read() -> None:
+                last = "$"
+                while len(took) < n:
+                    got: Any = await reader.xread({q.keys.events: last}, block=1000, count=1000)
+                    now = time.perf_counter()
+                    for _, entries in got:
+                        for event_id, fields in entries:
+                            last = text(event_id)
+                            if fields.get(b"type") == b"completed":
+                                took.append(now - sent[text(fields[b"job_id"])])
+
+            async def send() -> None:
+                t0 = time.perf_counter()
+                for i in range(n):
+                    wait = t0 + i / rate - time.perf_counter()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    call = enqueue_call(q, source, i, lanes, payload)
+                    sent[text(cast(Any, call[2][0]))] = time.perf_counter()
+                    await q.runner.run(*call)
+
+            reading = asyncio.create_task(read())
+            await asyncio.sleep(0.05)  # the reader is blocked on the stream's end
+            await send()
+            await asyncio.wait_for(reading, timeout=max(10.0, seconds))
+            workers.stop()
+    finally:
+        await reader.aclose()
+    took.sort()
+
+    def pct(p: float) -> float:
+        return round(1000 * took[min(len(took) - 1, int(p * len(took)))], 2)
+
+    return {
+        "source": source,
+        "rate": rate,
+        "jobs": n,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(1000 * took[-1], 2),
+    }
+
+
+def print_latency(rows: list[dict[str, Any]]) -> None:
+    t = Table(title="3b. Enqueue -> completed event at a steady rate, one consumer process")
+    for col in ("source", "rate/s", "jobs", "p50 ms", "p99 ms", "max ms"):
+        t.add_column(col, justify="left" if col == "source" else "right")
+    for r in rows:
+        t.add_row(
+            r["source"],
+            fmt(r["rate"]),
+            fmt(r["jobs"]),
+            f"{r['p50_ms']:.2f}",
+            f"[bold]{r['p99_ms']:.2f}",
+            f"{r['max_ms']:.2f}",
+        )
+    console.print(t)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,6 +827,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             report["memory"] = await memory(conn, a.memory_jobs, a.lanes)
             print_memory(report["memory"])
 
+            if a.latency_seconds > 0:
+                report["latency"] = [
+                    await latency(
+                        conn,
+                        server.url,
+                        source=source,
+                        rate=a.latency_rate,
+                        seconds=a.latency_seconds,
+                        lanes=a.lanes,
+                    )
+                    for source in ("lanes", "jobs")
+                ]
+                print_latency(report["latency"])
+
             report["competitors"] = await competitors(conn, server.url, a, ref, rows)
         finally:
             await conn.aclose()
@@ -895,6 +998,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         dest="also_always",
         action="store_false",
         help="skip the appendfsync always repeat",
+    )
+    p.add_argument("--latency-rate", type=float, default=500.0, help="jobs/s (500)")
+    p.add_argument(
+        "--latency-seconds", type=float, default=10.0, help="seconds at that rate (10; 0: skip)"
     )
     p.add_argument("--competitor-jobs", type=int, default=5_000)
     p.add_argument(

@@ -45,6 +45,10 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
 # on a server and on a cluster), at most the lease: after it the jobs are the reaper's.
 CLAIM_MEMO_MS = 60_000
 
+# Jobs per complete script call: a consumer's batch (32 by default) goes in one; a longer
+# list is cut so no one script call holds the server for long (a few hundred µs at most).
+COMPLETE_CHUNK = 256
+
 
 def mint_claim_id() -> str:
     """A claim call's id: 16 random hex digits from the client. Random rather than counted
@@ -92,7 +96,7 @@ class Jobs:
         checks.integer("max_attempts", max_attempts, at_least=1)
         checks.integer("delay_ms", delay_ms, at_least=0)
         checks.integer("attempts", attempts, at_least=0)
-        encoded_headers = encode_headers(headers)
+        encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
         body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
@@ -120,30 +124,25 @@ class Jobs:
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
         return decode_batch(await self._run(SCRIPTS["claim"], [self._keys.prefix], args))
 
-    def _complete_call(self, job_id: str, token: int, encoded: bytes) -> Call:
-        checks.name("job_id", job_id)
-        attempts = checks.token(token)
+    def _complete_batch(self, items: Sequence[tuple[str, int, bytes]]) -> Call:
+        """One call of ``complete.lua`` for ``items`` (job id, token, encoded result)."""
         s = self._q.settings
-        return (
-            SCRIPTS["complete"],
-            [self._keys.prefix, self._keys.job(job_id)],
-            [
-                job_id,
-                attempts,
-                encoded,
-                s.keep_completed,
-                s.keep_completed_ms,
-                s.events_maxlen,
-                lease_of(token),
-            ],
-        )
+        keys = [self._keys.prefix]
+        args: list[str | int | bytes] = [s.keep_completed, s.keep_completed_ms, s.events_maxlen]
+        for job_id, token, encoded in items:
+            checks.name("job_id", job_id)
+            attempts = checks.token(token)
+            keys.append(self._keys.job(job_id))
+            args += [job_id, attempts, encoded, lease_of(token)]
+        return SCRIPTS["complete"], keys, args
 
     async def complete(self, job_id: str, token: int, result: Any = None) -> bool:
         """True: counted once (or already completed under this very token: a repeated
         call counts nothing twice). False: stale (not active, or the token is not
         current); nothing changed. A result JSON cannot carry raises ``TypeError``
         before anything is sent."""
-        return bool(await self._run(*self._complete_call(job_id, token, encode_result(result))))
+        reply = await self._run(*self._complete_batch([(job_id, token, encode_result(result))]))
+        return bool(int(reply[0]))
 
     async def complete_many(self, items: Iterable[tuple[str, int, Any]]) -> list[bool]:
         """Complete several jobs in one round trip; one verdict per item, in order."""
@@ -151,9 +150,19 @@ class Jobs:
 
     async def complete_encoded(self, items: Iterable[tuple[str, int, bytes]]) -> list[bool]:
         """``complete_many`` with results already encoded by :func:`encode_result`, so a
-        caller batching completions finds an unencodable result before it joins a batch."""
-        calls = [self._complete_call(j, t, checks.bytes_("result", r)) for j, t, r in items]
-        return [bool(r) for r in await self._q.runner.run_many(calls)]
+        caller batching completions finds an unencodable result before it joins a batch.
+
+        The batch runs as one script call per ``COMPLETE_CHUNK`` jobs (one for a
+        consumer's batch), each job judged on its own: the active set, the holders' job
+        sets, the completed set, the open indexes and the counters are written once per
+        call, not once per job."""
+        checked = [(j, t, checks.bytes_("result", r)) for j, t, r in items]
+        calls = [
+            self._complete_batch(checked[i : i + COMPLETE_CHUNK])
+            for i in range(0, len(checked), COMPLETE_CHUNK)
+        ]
+        replies = await self._q.runner.run_many(calls)
+        return [bool(int(v)) for reply in replies for v in reply]
 
     async def fail(
         self, job_id: str, token: int, error: str, retry_in_ms: int | None = None
@@ -220,7 +229,7 @@ class Jobs:
     async def get(self, job_id: str) -> JobInfo | None:
         checks.name("job_id", job_id)
         row = await self._q.conn.hgetall(self._keys.job(job_id))
-        return JobInfo.from_hash(row) if row else None
+        return JobInfo.from_hash(row, job_id) if row else None
 
     async def retry_dead(self, job_id: str) -> None:
         """Send a dead job back to its lane with fresh deliveries (attempts kept)."""
@@ -258,4 +267,5 @@ class Jobs:
         pipe = self._q.conn.pipeline(transaction=False)
         for jid in ids:
             pipe.hgetall(self._keys.job(text(jid)))
-        return [JobInfo.from_hash(row) for row in await pipe.execute() if row]
+        rows = await pipe.execute()
+        return [JobInfo.from_hash(row, text(j)) for j, row in zip(ids, rows, strict=True) if row]

@@ -161,7 +161,7 @@ class Lanes:
                 raise ValueError("a rate limit needs a non-empty rate_subject")
             if rate_burst < 1:
                 raise ValueError("rate_burst must be >= 1 when rate_per_s > 0")
-        encoded_headers = encode_headers(headers)
+        encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
             SCRIPTS["lane_enqueue"],
@@ -245,4 +245,5 @@ class Lanes:
         pipe = self._q.conn.pipeline(transaction=False)
         for jid in ids:
             pipe.hgetall(self._keys.job(text(jid)))
-        return [JobInfo.from_hash(row) for row in await pipe.execute() if row]
+        rows = await pipe.execute()
+        return [JobInfo.from_hash(row, text(j)) for j, row in zip(ids, rows, strict=True) if row]

@@ -187,6 +187,10 @@ def machine_memory() -> int:
     return total
 
 
+# Valkey's hash-max-listpack-value for the job rows (see _config; compose.yaml sets the same).
+HASH_MAX_LISTPACK_VALUE = 1024
+
+
 def default_maxmemory(share: float = MAXMEMORY_SHARE, cap: int = MAXMEMORY_CAP) -> int:
     """``share`` of :func:`machine_memory`, at most ``cap``, at least 64 MiB."""
     return max(_MAXMEMORY_FLOOR, min(cap, int(machine_memory() * share)))
@@ -318,6 +322,12 @@ class EmbeddedValkey:
             # Valkey's name for lua-time-limit (the old name is an alias).
             "busy-reply-threshold": "5000",
             "latency-tracking": "no",
+            # A job row stays a listpack (one allocation, no per-field entries) while every
+            # value fits: the default 64 bytes sends a row with a typical JSON payload (the
+            # game's guess: 136 bytes) to a hashtable at 2-3x the memory. 1024 bytes keeps
+            # payloads and results of up to 1 KiB compact; a lookup in a row of ~12
+            # fields stays a short scan. docs/performance.md has the figures.
+            "hash-max-listpack-value": str(HASH_MAX_LISTPACK_VALUE),
         }
         if self.requirepass:
             conf["requirepass"] = self.requirepass

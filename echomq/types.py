@@ -131,13 +131,17 @@ class JobInfo:
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @classmethod
-    def from_hash(cls, row: dict[Any, Any]) -> JobInfo:
+    def from_hash(cls, row: dict[Any, Any], job_id: str = "") -> JobInfo:
+        """The job ``job_id`` from its row (HGETALL). The row does not repeat its id (the
+        key holds it; a row written before that change still has an ``id`` field), and
+        counts left at 0 (``attempts``, ``failures``, ``stalls``) are not written."""
+
         def g(name: str) -> str:
             return text(row.get(name.encode(), row.get(name)))
 
         lease, done, seq = g("lease"), g("done"), g("seq")
         return cls(
-            job_id=g("id"),
+            job_id=job_id or g("id"),
             state=g("state"),  # type: ignore[arg-type]
             attempts=number(g("attempts")),
             lane=g("lane") or None,

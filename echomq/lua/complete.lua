@@ -1,70 +1,134 @@
---[[ complete: finish an active job under its fencing token (Jobs.complete).
+--[[ complete: finish active jobs under their fencing tokens (Jobs.complete, complete_many).
 
-  KEYS[1]  prefix   "emq:{q}:"
-  KEYS[2]  job      hash
+  One call completes a batch (one job for Jobs.complete; a consumer's completion batch for
+  complete_encoded), each job on its own: a verdict per job, a stale one a no-op. Every
+  row is read and judged before the first write, then each structure the batch touches
+  is written once: the active set, each holder's job set, the completed set, each load
+  subject's open index and the counters take one command each per batch, a row takes
+  one HSET and one HDEL, and each counted completion appends its own event.
 
-  ARGV[1]  job id
-  ARGV[2]  token          the attempts value the caller's claim returned
-  ARGV[3]  result         opaque string ('' = none)
-  ARGV[4]  keep_count     completed rows retained (oldest trimmed beyond this, in batches)
-  ARGV[5]  keep_age_ms    completed rows older than this are trimmed (in batches)
-  ARGV[6]  events_maxlen  approximate cap of the events stream
-  ARGV[7]  lease id       the lease the caller holds (the claim id of its claim, the token's
-                          `lease`); '' = a bare attempts token: state and attempts only
+  KEYS[1]      prefix   "emq:{q}:"
+  KEYS[1 + i]  job      hash   the i-th job's row (i = 1 .. N)
 
-  Returns  1 counted once, or already completed under this very token (a batch re-sent
-           after a lost reply: nothing changes, nothing is counted twice, no second event)
-           | 0 stale: the job is not active or the token is not current; nothing changed
-           but the refusal tally
-  Events   completed {job_id, lane, seq, result, attempts}
+  ARGV[1]  keep_count     completed rows retained (oldest trimmed beyond this, in batches)
+  ARGV[2]  keep_age_ms    completed rows older than this are trimmed (in batches)
+  ARGV[3]  events_maxlen  approximate cap of the events stream
+  then per job i, at ARGV[4i .. 4i + 3]:
+    job id
+    token         the attempts value the caller's claim returned
+    result        opaque string ('' = none: no field written)
+    lease id      the lease the caller holds (the claim id of its claim, the token's
+                  `lease`); '' = a bare attempts token: state and attempts only
+
+  Returns  {verdict, ...}, one per job, in order:
+             1 counted once, or already completed under this very token (a batch re-sent
+               after a lost reply: nothing changes, nothing is counted twice, no second
+               event)
+             0 stale: the job is not active or the token is not current; nothing changed
+               but the refusal tally
+  Events   completed {job_id, lane, seq, attempts, result} per job counted
 ]]
 --@include common
 
-local id, token, lid = ARGV[1], ARGV[2], ARGV[7] or ''
-local jk = KEYS[2]
--- One read serves the fencing check and everything the transition needs.
-local row = redis.call('HMGET', jk, 'state', 'attempts', 'lane', 'seq', 'worker', 'lid')
-local mine = lid == '' or row[6] == lid
-if row[1] == 'completed' and row[2] == token and mine then
-  -- Only the holder of this token can have completed it (attempts is bumped by the next
-  -- claim, and a completed job is never claimed again): the same call, repeated.
-  return 1
+local n_jobs = (#ARGV - 3) / 4
+local verdicts, done = {}, {}
+local by_id = {}  -- a job named twice in one batch: the second is judged on the first
+local refused = 0
+-- One read per row serves the fencing check and everything the transition needs.
+for i = 1, n_jobs do
+  local at = 4 * i
+  local id, token, lid = ARGV[at], ARGV[at + 1], ARGV[at + 3]
+  local row = redis.call('HMGET', KEYS[1 + i], 'state', 'attempts', 'lane', 'seq', 'worker',
+    'lid', 'load')
+  local first = by_id[id]
+  if first then
+    -- As if the first had run already: completed under its token, by its lease.
+    row = {'completed', first.token, nil, nil, nil, first.lid}
+  end
+  local mine = lid == '' or row[6] == lid
+  if row[1] == 'completed' and row[2] == token and mine then
+    -- Only the holder of this token can have completed it (attempts is bumped by the next
+    -- claim, and a completed job is never claimed again): the same call, repeated.
+    verdicts[i] = 1
+  elseif row[1] ~= 'active' or row[2] ~= token or not mine then
+    verdicts[i] = 0
+    refused = refused + 1
+  else
+    verdicts[i] = 1
+    by_id[id] = {token = token, lid = row[6]}
+    done[#done + 1] = {i = i, id = id, token = token, result = ARGV[at + 2], lane = row[3] or '',
+      seq = row[4] or '', worker = row[5], load = row[7]}
+  end
 end
-if row[1] ~= 'active' or row[2] ~= token or not mine then
-  redis.call('HINCRBY', K_REFUSED, 'complete', 1)
-  return 0
+if refused > 0 then
+  redis.call('HINCRBY', K_REFUSED, 'complete', refused)
 end
+if #done == 0 then return verdicts end
 
+-- All checks passed; writes start here.
 local now = server_now()
-local lane = row[3] or ''
-redis.call('ZREM', K_ACTIVE, id)
-if row[5] then
-  redis.call('SREM', wjobs_key(row[5]), id)
+local ids, scored, held, opened = {}, {}, {}, {}
+for k, job in ipairs(done) do
+  local jk = KEYS[1 + job.i]
+  if job.result ~= '' then
+    redis.call('HSET', jk, 'state', 'completed', 'result', job.result, 'done', now)
+  else
+    redis.call('HSET', jk, 'state', 'completed', 'done', now)
+  end
+  redis.call('HDEL', jk, 'worker', 'lease')
+  emit(ARGV[3], 'type', 'completed', 'job_id', job.id, 'lane', job.lane, 'seq', job.seq,
+    'attempts', job.token, 'result', job.result)
+  ids[k] = job.id
+  scored[2 * k - 1] = now
+  scored[2 * k] = job.id
+  if job.worker then
+    held[job.worker] = held[job.worker] or {}
+    table.insert(held[job.worker], job.id)
+  end
+  if job.lane ~= '' then
+    -- A lane job leaves the unfinished world: its load subject (the row's `load`, else
+    -- its lane) no longer counts it against max_pending.
+    local subject = job.load or job.lane
+    opened[subject] = opened[subject] or {}
+    table.insert(opened[subject], job.id)
+  end
 end
-redis.call('HSET', jk, 'state', 'completed', 'result', ARGV[3], 'done', now)
-redis.call('HDEL', jk, 'worker', 'lease')
-redis.call('ZADD', K_COMPLETED, now, id)
-local n = redis.call('HINCRBY', K_COUNTERS, 'completed', 1)
-unload(id, jk, lane)
-emit(ARGV[6], 'type', 'completed', 'job_id', id, 'lane', lane, 'seq', row[4] or '',
-  'attempts', token, 'result', ARGV[3])
+-- unpack() is bounded by Lua's C stack: big batches go in slices
+local function each_slice(list, fn)
+  for first = 1, #list, 1000 do
+    fn(unpack(list, first, math.min(first + 999, #list)))
+  end
+end
+each_slice(ids, function(...) redis.call('ZREM', K_ACTIVE, ...) end)
+for worker, members in pairs(held) do
+  each_slice(members, function(...) redis.call('SREM', wjobs_key(worker), ...) end)
+end
+for subject, members in pairs(opened) do
+  each_slice(members, function(...) redis.call('ZREM', open_key(subject), ...) end)
+end
+for first = 1, #scored, 2000 do
+  redis.call('ZADD', K_COMPLETED, unpack(scored, first, math.min(first + 1999, #scored)))
+end
+local n = redis.call('HINCRBY', K_COUNTERS, 'completed', #done)
 
--- Retention, in batches: every TRIM_EVERY-th completion drops up to TRIM_BATCH of the
+-- Retention, in batches: each TRIM_EVERY-th completion drops up to TRIM_BATCH of the
 -- oldest rows beyond keep_count or older than keep_age_ms. Memory stays bounded (at most
--- keep_count + TRIM_EVERY rows) and no single call does unbounded work.
+-- keep_count + TRIM_EVERY rows) and no single call does work beyond its batch's share.
 local TRIM_EVERY, TRIM_BATCH = 32, 64
-if n % TRIM_EVERY == 0 then
-  local old = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', now - tonumber(ARGV[5]),
-    'LIMIT', 0, TRIM_BATCH)
-  local excess = redis.call('ZCARD', K_COMPLETED) - tonumber(ARGV[4])
+local turns = math.floor(n / TRIM_EVERY) - math.floor((n - #done) / TRIM_EVERY)
+if turns > 0 then
+  local most = TRIM_BATCH * turns
+  local old = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', now - tonumber(ARGV[2]),
+    'LIMIT', 0, most)
+  local excess = redis.call('ZCARD', K_COMPLETED) - tonumber(ARGV[1])
   if excess > #old then
     -- the oldest `excess` rows include every aged one: both sets start at the low end
-    old = redis.call('ZRANGE', K_COMPLETED, 0, math.min(excess, TRIM_BATCH) - 1)
+    old = redis.call('ZRANGE', K_COMPLETED, 0, math.min(excess, most) - 1)
   end
   if #old > 0 then
-    redis.call('ZREM', K_COMPLETED, unpack(old))
+    each_slice(old, function(...) redis.call('ZREM', K_COMPLETED, ...) end)
     for i, gone in ipairs(old) do old[i] = job_key(gone) end
-    redis.call('DEL', unpack(old))
+    each_slice(old, function(...) redis.call('DEL', ...) end)
   end
 end
-return 1
+return verdicts

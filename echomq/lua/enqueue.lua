@@ -24,18 +24,28 @@ end
 
 local now = server_now()
 local delay = tonumber(ARGV[4])
-redis.call('HSET', jk, 'id', id, 'lane', '', 'payload', ARGV[2], 'max', ARGV[3],
-  'attempts', ARGV[5], 'failures', 0, 'stalls', 0, 'enq', now)
-if (ARGV[6] or '') ~= '' then
-  redis.call('HSET', jk, 'headers', ARGV[6])
+-- The row, in one HSET: what no default covers. No `id` (the key holds it), no `lane`
+-- (the plain queue has none), no counts at 0: readers take a missing count as 0.
+local row = {'payload', ARGV[2], 'max', ARGV[3], 'enq', now}
+if ARGV[5] ~= '0' then
+  put(row, 'attempts', ARGV[5])
 end
+if (ARGV[6] or '') ~= '' then
+  put(row, 'headers', ARGV[6])
+end
+if delay > 0 then
+  put(row, 'state', 'scheduled')
+  put(row, 'due', now + delay)
+else
+  put(row, 'state', 'pending')
+end
+redis.call('HSET', jk, unpack(row))
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
 if delay > 0 then
-  redis.call('HSET', jk, 'state', 'scheduled', 'due', now + delay)
   redis.call('ZADD', K_SCHEDULED, now + delay, id)
   -- A parked consumer must shorten its sleep to the new due time.
   wake()
 else
-  place(id, '')
+  place(id, '', true)
 end
 return {1, id}

@@ -11,8 +11,16 @@
   the next, so a batch of N steps orders jobs exactly as N single claims would.
   Bounds (proofs in docs/load.md, "Fair order: sparse lanes first"): a lane at position
   p of the ring is claimed within 2p steps, p <= number of non-empty lanes; an activation
-  with k activations ahead of it in `new` is claimed within 2(k + 1) steps. Every step
-  is O(1) list moves: at most two LPOPs, one ZPOPMIN, one RPUSH.
+  with k activations ahead of it in `new` is claimed within 2(k + 1) steps.
+
+  The steps are played in Lua over what the lists and lanes hold, then written once per
+  structure: `new` and the ring are read from their heads in chunks of N (LRANGE) and
+  trimmed once (LTRIM), the lanes re-joining the ring are appended in one RPUSH (a step
+  that finds the ring's stored lanes used up serves those re-joined ones next, as
+  LPOP after RPUSH would), a lane's depth is read once (ZCARD) and its jobs popped in one
+  ZPOPMIN of as many as its steps took, and the running count `inlanes` drops once. So a
+  batch costs O(1) commands per lane it serves, whatever N, and orders jobs exactly as
+  the step-by-step pops did.
 
   KEYS[1]  prefix   "emq:{q}:"   (new, ring, owed and lane:<name> are built from it)
 
@@ -50,36 +58,98 @@ end
 promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}
-local ids = {}
+
+-- A list consumed from its head without a write: read in chunks, trimmed once at the end.
+local function reader(key)
+  return {key = key, buf = {}, at = 1, off = 0, ended = false}
+end
+local function take(r)
+  if r.at > #r.buf then
+    if r.ended then return false end
+    r.buf = redis.call('LRANGE', r.key, r.off, r.off + count - 1)
+    r.off, r.at = r.off + #r.buf, 1
+    r.ended = #r.buf < count
+    if #r.buf == 0 then return false end
+  end
+  r.at = r.at + 1
+  return r.buf[r.at - 1]
+end
+local function taken(r) return r.off - (#r.buf - r.at + 1) end
+local function has_more(r)
+  if r.at <= #r.buf then return true end
+  if r.ended then return false end
+  return redis.call('LLEN', r.key) > r.off
+end
+
+local new_r, ring_r = reader(K_NEW), reader(K_RING)
+local back, back_at = {}, 1  -- lanes re-joining the ring's tail, in order
+local function take_ring()
+  local lane = take(ring_r)
+  if lane then return lane end
+  if back_at <= #back then
+    back_at = back_at + 1
+    return back[back_at - 1]
+  end
+  return false
+end
+
+local depth, took, served, visits = {}, {}, {}, {}
 local was_owed = redis.call('GET', K_OWED) == '1'
 local owed = was_owed
 local new_left = true  -- nothing joins `new` during the loop: once empty, it stays so
-while #ids < count do
+while #visits < count do
   local lane, fresh = false, false
   if new_left and not owed then
-    lane = redis.call('LPOP', K_NEW)
+    lane = take(new_r)
     fresh = lane ~= false
     new_left = fresh
   end
   if not lane then
-    lane = redis.call('LPOP', K_RING)
+    lane = take_ring()
     if not lane and owed and new_left then
-      lane = redis.call('LPOP', K_NEW)  -- the ring is empty: nothing is owed to it
+      lane = take(new_r)  -- the ring is empty: nothing is owed to it
       fresh = lane ~= false
       new_left = fresh
     end
   end
   if not lane then break end
-  local lk = lane_key(lane)
-  local popped = redis.call('ZPOPMIN', lk)
-  if redis.call('ZCARD', lk) > 0 then
-    redis.call('RPUSH', K_RING, lane)
+  local left = depth[lane]
+  if left == nil then left = redis.call('ZCARD', lane_key(lane)) end
+  if left > 0 then
+    if not took[lane] then
+      took[lane] = 0
+      served[#served + 1] = lane
+    end
+    took[lane] = took[lane] + 1
+    visits[#visits + 1] = lane
+    left = left - 1
+  end
+  depth[lane] = left
+  if left > 0 then
+    back[#back + 1] = lane
   end
   owed = fresh
-  if #popped > 0 then
-    ids[#ids + 1] = popped[1]
-    redis.call('DECR', K_INLANES)
-  end
+end
+
+-- The steps' writes, once per structure. The oldest jobs of each lane served, in the
+-- order its steps took them.
+local popped = {}
+for _, lane in ipairs(served) do
+  popped[lane] = redis.call('ZPOPMIN', lane_key(lane), took[lane])
+end
+local ids, nth = {}, {}
+for i, lane in ipairs(visits) do
+  nth[lane] = (nth[lane] or 0) + 1
+  ids[i] = popped[lane][2 * nth[lane] - 1]
+end
+local more = has_more(new_r) or has_more(ring_r) or back_at <= #back
+if taken(new_r) > 0 then redis.call('LTRIM', K_NEW, taken(new_r), -1) end
+if taken(ring_r) > 0 then redis.call('LTRIM', K_RING, taken(ring_r), -1) end
+for first = back_at, #back, 1000 do  -- unpack() is bounded by Lua's C stack: in slices
+  redis.call('RPUSH', K_RING, unpack(back, first, math.min(first + 999, #back)))
+end
+if #ids > 0 then
+  redis.call('DECRBY', K_INLANES, #ids)
 end
 if owed ~= was_owed then
   if owed then redis.call('SET', K_OWED, '1') else redis.call('DEL', K_OWED) end
@@ -87,7 +157,7 @@ end
 for _, claim in ipairs(lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)) do
   out[#out + 1] = claim
 end
-if redis.call('LLEN', K_RING) > 0 or redis.call('LLEN', K_NEW) > 0 then
+if more then
   wake()
 else
   -- No lane holds a job, so the running count is 0: dropping it here heals a count that

@@ -103,17 +103,22 @@ if ARGV[7] == '1' then
   seq = redis.call('INCR', KEYS[4]) - 1
   redis.call('PEXPIRE', KEYS[4], ARGV[8])
 end
-redis.call('HSET', jk, 'id', id, 'lane', lane, 'payload', ARGV[3], 'max', ARGV[4],
-  'attempts', ARGV[9], 'failures', 0, 'stalls', 0, 'enq', now, 'state', 'pending')
+-- The row, in one HSET: what no default covers. No `id` (the key holds it), no counts at
+-- 0 (readers take a missing count as 0).
+local row = {'lane', lane, 'payload', ARGV[3], 'max', ARGV[4], 'enq', now, 'state', 'pending'}
+if ARGV[9] ~= '0' then
+  put(row, 'attempts', ARGV[9])
+end
 if seq >= 0 then
-  redis.call('HSET', jk, 'seq', seq)
+  put(row, 'seq', seq)
 end
 if (ARGV[15] or '') ~= '' then
-  redis.call('HSET', jk, 'headers', ARGV[15])
+  put(row, 'headers', ARGV[15])
 end
 if subject ~= lane then
-  redis.call('HSET', jk, 'load', subject)
+  put(row, 'load', subject)
 end
+redis.call('HSET', jk, unpack(row))
 if fp ~= '' then
   redis.call('HSET', KEYS[5], 'job', id, 'fp', fp, 'seq', seq)
   redis.call('PEXPIRE', KEYS[5], ARGV[12])

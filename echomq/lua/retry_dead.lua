@@ -18,8 +18,7 @@ local row = redis.call('HMGET', jk, 'state', 'lane')
 if not row[1] then return -1 end
 if row[1] ~= 'dead' then return -2 end
 redis.call('ZREM', K_DEAD, id)
-redis.call('HSET', jk, 'failures', 0, 'stalls', 0)
-redis.call('HDEL', jk, 'reason', 'done')
+redis.call('HDEL', jk, 'failures', 'stalls', 'reason', 'done')  -- counts restart at 0
 if row[2] and row[2] ~= '' then
   redis.call('ZADD', open_key(load_of(jk, row[2])), redis.call('HGET', jk, 'enq') or 0, id)
 end

@@ -49,7 +49,7 @@ end
 -- exactly one of the two lists, once, and no empty lane is in either.
 -- `state_written`: the caller already set state=pending in its own HSET of the row.
 local function place(id, lane, state_written)
-  if lane ~= nil and lane ~= '' then
+  if lane and lane ~= '' then  -- HGET answers false for a row with no lane (the plain queue)
     local lk = lane_key(lane)
     redis.call('ZADD', lk, 0, id)
     redis.call('INCR', K_INLANES)
@@ -65,6 +65,12 @@ local function place(id, lane, state_written)
   wake()
 end
 
+-- Append a field and its value to a flat HSET argument list.
+local function put(list, field, value)
+  list[#list + 1] = field
+  list[#list + 1] = value
+end
+
 local function emit(maxlen, ...)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', ...)
 end
@@ -78,7 +84,7 @@ end
 -- A lane job that left the unfinished world (completed or dead) no longer counts
 -- against its load subject's max_pending (an emptied index is deleted by Valkey).
 local function unload(id, jk, lane)
-  if lane ~= nil and lane ~= '' then
+  if lane and lane ~= '' then
     redis.call('ZREM', open_key(load_of(jk, lane)), id)
   end
 end
@@ -126,9 +132,10 @@ end
 -- refuse (EchoMQ never writes such a value; a hand-edited or foreign row might).
 --
 -- A Lua number is a double: integers are exact only up to 2^53. A count at or past
--- MAX_COUNT reads as malformed too, so the HINCRBY a claim or a stall does on it neither
--- overflows (2^63 - 1 is where HINCRBY itself refuses) nor returns a token that differs
--- from the row (echomq.checks.MAX_INT keeps every value the client sends far below it).
+-- MAX_COUNT reads as malformed too, so the increment a claim computes on it (attempts + 1,
+-- lease_all) stays an exact integer and the HINCRBY a stall does neither overflows (2^63 - 1
+-- is where HINCRBY itself refuses) nor differs from what Lua computes (echomq.checks.MAX_INT
+-- keeps every value the client sends far below it).
 local MAX_COUNT = 9007199254740991  -- 2^53 - 1
 local function count(v, default)
   if not v then return default end
@@ -147,10 +154,14 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- Returns the claim tuples the client decodes (the job's `headers` last, '' = none).
 --
 -- Every popped job is checked before the first write to any of them: Lua does not roll
--- back, so one row whose `attempts` HINCRBY refuses would stop the script half-way, with
+-- back, so one row whose `attempts` is not a count would stop the script half-way, with
 -- the whole batch popped from its lanes and leased to no one. A malformed row goes dead
 -- (reason "malformed row", where an operator sees it); an id with no row, or whose key
 -- is not a hash, is dropped and counted (`dropped`).
+--
+-- Two commands per row: one HMGET reads the fencing token and everything the claim tuple
+-- carries, one HSET writes the new token (attempts + 1, the increment HINCRBY would make,
+-- computed here from the count just checked) and the lease.
 --
 -- A claim also proves the worker alive: a registered worker's heartbeat deadline moves to
 -- now + its lapse, so an idle worker (which beats rarely, with a long deadline) that
@@ -164,36 +175,37 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 local function claim_memo_key(claim_id) return PREFIX .. 'claim:' .. claim_id end
 
 local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
-  local out, scored, good = {}, {}, {}
+  local out, scored, good, rows = {}, {}, {}, {}
   if #ids == 0 then return out end
   local malformed, dropped = {}, 0
   for _, id in ipairs(ids) do
-    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state')
+    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state', 'lane', 'payload',
+      'seq', 'enq', 'stalls', 'headers')
     if type(row) ~= 'table' or row.err or not row[2] then
       dropped = dropped + 1
     elseif count(row[1], 0) == nil then
-      malformed[#malformed + 1] = id
+      malformed[#malformed + 1] = {id, row[3] or ''}
     else
       good[#good + 1] = id
+      rows[#rows + 1] = row
     end
   end
   -- All checks passed; writes start here.
   local until_ms = now + lease_ms
   for i, id in ipairs(good) do
-    local jk = job_key(id)
-    local token = redis.call('HINCRBY', jk, 'attempts', 1)
-    redis.call('HSET', jk, 'state', 'active', 'lease', until_ms, 'worker', worker,
-      'lid', claim_id)
-    local row = redis.call('HMGET', jk, 'lane', 'payload', 'seq', 'enq', 'stalls', 'headers')
-    out[i] = {id, row[1] or '', row[2] or '', token, until_ms, row[3] or '', row[4] or '0',
-              row[5] or '0', row[6] or '', claim_id}
+    local row = rows[i]
+    local token = count(row[1], 0) + 1
+    -- %d: a Lua number passed as is would be written as %.14g (1e+15 past 14 digits)
+    redis.call('HSET', job_key(id), 'attempts', string.format('%d', token), 'state', 'active',
+      'lease', until_ms, 'worker', worker, 'lid', claim_id)
+    out[i] = {id, row[3] or '', row[4] or '', token, until_ms, row[5] or '', row[6] or '0',
+              row[7] or '0', row[8] or '', claim_id}
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
-  for _, id in ipairs(malformed) do
-    local jk = job_key(id)
-    local lane = redis.call('HGET', jk, 'lane') or ''
-    to_dead(id, jk, lane, now, DEAD_MALFORMED)
+  for _, bad in ipairs(malformed) do
+    local id, lane = bad[1], bad[2]
+    to_dead(id, job_key(id), lane, now, DEAD_MALFORMED)
     emit(EVENTS_MAXLEN, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', DEAD_MALFORMED)
   end
   if dropped > 0 then
