@@ -616,7 +616,8 @@ async def latency(
                     await q.runner.run(*call)
 
             reading = asyncio.create_task(read())
-            await asyncio.sleep(0.05)  # the reader is blocked on the stream's end
+            # the consumer registered and parked, the reader blocked on the stream's end
+            await asyncio.sleep(1.0)
             await send()
             await asyncio.wait_for(reading, timeout=max(10.0, seconds))
             workers.stop()
