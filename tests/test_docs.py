@@ -44,6 +44,7 @@ def test_the_api_reference_builds_strict_and_covers_the_public_api(tmp_path: Pat
         "consumer": ["Consumer", "lease_ms", "timeout_ms"],
         "claim": ["Claim", "JobInfo", "Token"],
         "errors": ["EchoMQError", "JobNotFound", "Unavailable"],
+        "hooks": ["Hooks", "around_handler"],
         "registry": ["WorkerRecord", "workers"],
         "server": ["EmbeddedValkey", "check_durable"],
         "cli": ["ECHOMQ_URL"],
