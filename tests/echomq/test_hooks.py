@@ -154,6 +154,7 @@ async def test_around_complete_wraps_each_batch_with_its_verdicts(
     ids = [await q.lanes.enqueue(f"l{i % 5}", i) for i in range(30)]
     await start(echo, hooks=[echomq.Hooks(around_complete=around)], concurrency=6)
     await wait_for(lambda: completed(q, 30))
+    await wait_for(lambda: _len_at_least(seen, 30))  # the server counts before the reply lands
     assert sorted(j for j, _, _ in seen) == sorted(ids)
     assert all(t == 1 and v is True for _, t, v in seen)
 
