@@ -34,7 +34,8 @@ Per peer and round, the same driver shape:
   divided by N; the benchmark's own INFO calls are left out, the worker's start-up (before
   "go") too.
 - worker CPU per job: the worker process's own CPU time (user + system, every thread, from
-  ``time.process_time()`` inside it) from just before "go" to its N-th job, divided by N.
+  ``time.process_time()`` inside it) from just before "go" to its N-th job, divided by N;
+  beside it Valkey's CPU over the drain (``INFO cpu``, user + system) divided by N.
 
 Then EchoMQ lanes alone is drained by several worker processes at once (``--procs``), its
 steady rate given as a share of Valkey's EVALSHA ceiling, measured first on the same server

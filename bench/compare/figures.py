@@ -33,6 +33,7 @@ FIGURES = (
     Figure("cmds_enqueue_per_job", "Valkey cmds per job, enqueue", "cmds", False),
     Figure("cmds_drain_per_job", "Valkey cmds per job, drain", "cmds", False),
     Figure("worker_cpu_us_per_job", "worker CPU per job", "µs", False),
+    Figure("valkey_cpu_us_per_job", "Valkey CPU per job drained", "µs", False),
 )
 MULTI_FIGURES = (
     Figure("drain_steady_per_s", "drain steady", "jobs/s", True),

@@ -37,17 +37,24 @@ def server_commands(conn: redis.Redis) -> int:
     return sum(int(v.get("calls", 0)) for v in stats.values() if isinstance(v, dict))
 
 
+def server_cpu_seconds(conn: redis.Redis) -> float:
+    cpu: dict[str, Any] = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 class Counter:
-    """Commands run between two marks, leaving out the INFO of each mark (counted only in
-    the next one's stats)."""
+    """Commands Valkey ran, and its CPU seconds, between two marks; the INFO calls of each
+    mark are left out (a mark's own INFO shows only in the next one's stats)."""
 
     def __init__(self, conn: redis.Redis) -> None:
         self.conn = conn
         self.last = server_commands(conn)
+        self.cpu = server_cpu_seconds(conn)
 
     def take(self) -> int:
-        now = server_commands(self.conn)
-        delta, self.last = now - self.last - 1, now
+        now, cpu = server_commands(self.conn), server_cpu_seconds(self.conn)
+        delta, self.last = now - self.last - 2, now
+        self.spent, self.cpu = cpu - self.cpu, cpu
         return delta
 
 
@@ -98,6 +105,7 @@ def one_round(
             go = worker.ask("go")
             _wait([worker], s.jobs, "drain", progress, _drain_timeout(s.jobs))
             drain_cmds = count.take()
+            drain_valkey_cpu = count.spent
             drained = worker.ask("report")
             if drained["handled"] < s.jobs:
                 raise DriverError(f"{peer.key}: {drained['handled']} of {s.jobs} jobs handled")
@@ -126,6 +134,7 @@ def one_round(
         "cmds_enqueue_per_job": enqueue_cmds / s.jobs,
         "cmds_drain_per_job": drain_cmds / s.jobs,
         "worker_cpu_us_per_job": 1e6 * drained["cpu_s"] / s.jobs,
+        "valkey_cpu_us_per_job": 1e6 * drain_valkey_cpu / s.jobs,
         "extra_runs": extra + max(0, e2e["handled"] - s.e2e_jobs),
     }
 

@@ -18,7 +18,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("enqueue single / 10\njobs/s", ("enqueue_single_per_s", "enqueue_10_per_s"), 0),
     ("e2e p50 / p99\nms @rate", ("e2e_p50_ms", "e2e_p99_ms"), 1),
     ("Valkey cmds/job\nenqueue / drain", ("cmds_enqueue_per_job", "cmds_drain_per_job"), 1),
-    ("worker CPU\nµs/job", ("worker_cpu_us_per_job",), 0),
+    ("CPU µs/job\nworker / Valkey", ("worker_cpu_us_per_job", "valkey_cpu_us_per_job"), 0),
 )
 
 
@@ -40,7 +40,8 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
     t = Table(
         title=f"EchoMQ beside its peers: medians of {report['args']['rounds']} interleaved "
         f"rounds, {report['args']['jobs']:,} no-op jobs, one worker process, e2e at {rate:g}/s",
-        caption=f"dim: the ratio to the fastest peer ({fastest}) on the same figure",
+        caption=f"dim: the ratio to the fastest peer ({fastest}) on the same figure; Valkey "
+        "cmds from INFO commandstats, the commands run inside scripts included",
     )
     t.add_column("queue")
     for header, _, _ in COLUMNS:
@@ -252,7 +253,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         out.append("</tr>")
     out.append(
         f"</table><p class=r>grey: the ratio to the fastest peer ({html.escape(str(fastest))}) "
-        "on the same figure.</p>"
+        "on the same figure. Valkey cmds: INFO commandstats deltas, the commands run inside "
+        "scripts included.</p>"
     )
     out.append(
         f"<p>EVALSHA ceiling (a trivial script, {html.escape(c['reference_source'])}): "
