@@ -1,12 +1,14 @@
 """``echomq``: a queue's state for operators, through the public API only.
 
-    echomq stats   [--url URL] [--json] [--lanes N] QUEUE
-    echomq dead    [--url URL] [--json] [--limit N] QUEUE
-    echomq retry   [--url URL] [--json] QUEUE JOB_ID
-    echomq workers [--url URL] [--json] QUEUE
+    echomq stats   [--url URL] [--json] [--partitions N] [--lanes N] QUEUE
+    echomq dead    [--url URL] [--json] [--partitions N] [--limit N] QUEUE
+    echomq retry   [--url URL] [--json] [--partitions N] QUEUE JOB_ID
+    echomq workers [--url URL] [--json] [--partitions N] QUEUE
 
 ``--url`` defaults to ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (a cluster URL,
-``redis+cluster://host:port``, works too). Exit status: 0 done; 1 the server refused the
+``redis+cluster://host:port``, works too). ``--partitions N``: QUEUE is an
+:class:`~echomq.Partitioned` queue over N partitions (whose names the command derives, as
+every process of it does); the figures are summed over them. Exit status: 0 done; 1 the server refused the
 operation (no such job, a job that is not dead); 2 a bad command line or a server that
 cannot be reached, said in one line on stderr, never a traceback.
 """
@@ -31,7 +33,8 @@ from rich.table import Table
 
 from . import registry
 from .connection import Client, connect
-from .errors import EchoMQError
+from .errors import EchoMQError, JobNotFound
+from .partitions import Partitioned
 from .queue import Queue
 from .types import JobInfo
 
@@ -51,8 +54,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-class _Refused(Exception):
-    """The server refused the operation: one line, exit 1."""
+AnyQueue = Queue | Partitioned
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the Valkey server or cluster (env {URL_VARIABLE}; default {DEFAULT_URL})",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument(
+        "--partitions",
+        type=_at_least(1),
+        default=1,
+        help="QUEUE is partitioned over this many queues (echomq.Partitioned; default 1)",
+    )
     common.add_argument("queue", metavar="QUEUE", help="the queue's name (keys emq:{QUEUE}:…)")
 
     parser = _Parser(prog="echomq", description="Inspect and operate EchoMQ queues.")
@@ -112,21 +120,28 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 async def _session(args: argparse.Namespace, out: Console) -> int:
-    run: Callable[[Queue, argparse.Namespace, Console], Awaitable[None]] = args.run
+    run: Callable[[AnyQueue, argparse.Namespace, Console], Awaitable[None]] = args.run
     where = redacted(args.url)
     try:
         conn: Client = connect(args.url, socket_connect_timeout=CONNECT_TIMEOUT_S)
     except ValueError as e:  # a URL redis-py cannot read
         return _fail(f"bad --url {where}: {e}", EXIT_UNREACHABLE)
     try:
-        await run(Queue(conn, args.queue), args, out)
+        q: AnyQueue = (
+            Queue(conn, args.queue)
+            if args.partitions == 1
+            else Partitioned(conn, args.queue, args.partitions)
+        )
+        await run(q, args, out)
         return 0
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
         # AuthenticationError is a ConnectionError: a wrong password lands here too.
         return _fail(f"cannot reach Valkey at {where}: {e}", EXIT_UNREACHABLE)
     except redis.exceptions.RedisError as e:
         return _fail(f"Valkey at {where} answered an error: {e}", EXIT_UNREACHABLE)
-    except (_Refused, EchoMQError) as e:
+    except JobNotFound as e:
+        return _fail(f"no job {e} in queue {args.queue}", EXIT_REFUSED)
+    except EchoMQError as e:
         return _fail(str(e), EXIT_REFUSED)
     except ValueError as e:  # a queue name the library refuses
         return _fail(str(e), EXIT_UNREACHABLE)
@@ -168,7 +183,7 @@ def _print_json(value: Any) -> None:
 # -- the commands ---------------------------------------------------------------------------
 
 
-async def _stats(q: Queue, args: argparse.Namespace, out: Console) -> None:
+async def _stats(q: AnyQueue, args: argparse.Namespace, out: Console) -> None:
     stats = await q.stats(max_lanes=args.lanes)
     if args.json:
         _print_json(stats)
@@ -208,8 +223,15 @@ def _job_json(info: JobInfo) -> dict[str, Any]:
     return row
 
 
-async def _dead(q: Queue, args: argparse.Namespace, out: Console) -> None:
-    jobs = await q.jobs.dead(limit=args.limit)
+async def _dead(q: AnyQueue, args: argparse.Namespace, out: Console) -> None:
+    if isinstance(q, Partitioned):  # each partition's oldest, then the oldest of those
+        each = await asyncio.gather(*(p.jobs.dead(limit=args.limit) for p in q.partitions))
+        jobs = sorted(
+            (j for rows in each for j in rows), key=lambda j: (j.finished_at_ms or 0, j.job_id)
+        )
+        jobs = jobs[: args.limit]
+    else:
+        jobs = await q.jobs.dead(limit=args.limit)
     if args.json:
         _print_json([_job_json(j) for j in jobs])
         return
@@ -233,9 +255,12 @@ async def _dead(q: Queue, args: argparse.Namespace, out: Console) -> None:
     out.print(table)
 
 
-async def _retry(q: Queue, args: argparse.Namespace, out: Console) -> None:
-    await q.jobs.retry_dead(args.job_id)
-    info = await q.jobs.get(args.job_id)
+async def _retry(q: AnyQueue, args: argparse.Namespace, out: Console) -> None:
+    holder = q if isinstance(q, Queue) else await q.find(args.job_id)
+    if holder is None:
+        raise JobNotFound(args.job_id)
+    await holder.jobs.retry_dead(args.job_id)
+    info = await holder.jobs.get(args.job_id)
     state = info.state if info else "gone"
     if args.json:
         _print_json({"job_id": args.job_id, "retried": True, "state": state})
@@ -244,7 +269,7 @@ async def _retry(q: Queue, args: argparse.Namespace, out: Console) -> None:
     out.print(f"{escape(args.job_id)} is back on {escape(where)} ({state})")
 
 
-async def _workers(q: Queue, args: argparse.Namespace, out: Console) -> None:
+async def _workers(q: AnyQueue, args: argparse.Namespace, out: Console) -> None:
     found = await registry.workers(q)
     now = await q.server_time_ms()
     if args.json:

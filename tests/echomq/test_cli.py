@@ -251,3 +251,45 @@ async def test_a_bad_command_line_is_one_line_and_exit_2(valkey_url: str) -> Non
         code, out, err = await echomq_cli(*argv)
         assert code == 2 and out == "", argv
         assert err.startswith("echomq") and err.count("\n") == 1, err
+
+
+async def test_a_partitioned_queue_is_read_across_its_partitions(
+    redis_conn: Any, queue_name: str, valkey_url: str
+) -> None:
+    p = echomq.Partitioned(redis_conn, queue_name, 3)
+    doomed: dict[str, str] = {}  # partition -> a lane of it
+    for i in range(100):
+        doomed.setdefault(p.of_lane(f"doomed{i}").name, f"doomed{i}")
+    assert len(doomed) == 3  # the lanes spread over every partition
+    dead = [
+        await dead_job(p.of_lane(lane), lane, {"n": lane}, f"boom {lane}")
+        for lane in doomed.values()
+    ]
+    for i in range(12):
+        await p.enqueue(f"player{i}", {"n": i})
+    await p.partitions[-1].heartbeat("WRK_p", 3_000, {"pid": 7})
+    flags = ["--url", valkey_url, "--partitions", "3", "--json"]
+
+    code, out, err = await echomq_cli("stats", *flags, queue_name)
+    assert (code, err) == (0, "")
+    stats = json.loads(out)
+    assert stats["pending"] == 12 and stats["dead"] == len(dead)
+    assert len(stats["partitions"]) == 3
+
+    code, out, err = await echomq_cli("dead", *flags, queue_name)
+    assert (code, err) == (0, "")
+    assert [r["job_id"] for r in json.loads(out)] == dead  # oldest death first, all of them
+
+    code, out, err = await echomq_cli("retry", *flags, queue_name, dead[-1])
+    assert (code, err) == (0, "")
+    assert json.loads(out)["state"] == "pending"
+    code, _, err = await echomq_cli("retry", *flags, queue_name, "JOB_nosuchjob")
+    assert code == 1 and err == f"echomq: no job JOB_nosuchjob in queue {queue_name}\n"
+
+    code, out, err = await echomq_cli("workers", *flags, queue_name)
+    assert (code, err) == (0, "")
+    assert [w["worker_id"] for w in json.loads(out)["workers"]] == ["WRK_p"]
+
+    # Without --partitions the name is one plain queue, which holds nothing here.
+    code, out, _ = await echomq_cli("stats", "--url", valkey_url, "--json", queue_name)
+    assert code == 0 and json.loads(out)["pending"] == 0
