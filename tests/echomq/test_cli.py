@@ -293,3 +293,14 @@ async def test_a_partitioned_queue_is_read_across_its_partitions(
     # Without --partitions the name is one plain queue, which holds nothing here.
     code, out, _ = await echomq_cli("stats", "--url", valkey_url, "--json", queue_name)
     assert code == 0 and json.loads(out)["pending"] == 0
+
+
+async def test_version_and_help_name_the_commands() -> None:
+    code, out, err = await echomq_cli("--version")
+    assert (code, out, err) == (0, f"echomq {echomq.__version__}\n", "")
+    code, out, _ = await echomq_cli("--help")
+    assert code == 0
+    for command in ("stats", "dead", "retry", "workers"):
+        assert command in out
+    code, out, _ = await echomq_cli("dead", "--help")
+    assert code == 0 and "--limit" in out and "--url" in out and cli.URL_VARIABLE in out
