@@ -22,6 +22,18 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], int], ...] = (
 )
 
 
+SATURATED = (
+    "†: the offered rate is above this peer's steady drain here, so its latency is mostly "
+    "the backlog that grew while it ran"
+)
+
+
+def _mark(keys: tuple[str, ...], m: Mapping[str, Any], rate: float) -> str:
+    """† on a latency cell whose peer drains slower than the latency run offers."""
+    drain = m.get("drain_steady_per_s")
+    return "†" if keys[0].startswith("e2e") and drain is not None and drain < rate else ""
+
+
 def num(v: float | None, digits: int) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -41,7 +53,7 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
         title=f"EchoMQ beside its peers: medians of {report['args']['rounds']} interleaved "
         f"rounds, {report['args']['jobs']:,} no-op jobs, one worker process, e2e at {rate:g}/s",
         caption=f"dim: the ratio to the fastest peer ({fastest}) on the same figure; Valkey "
-        "cmds from INFO commandstats, the commands run inside scripts included",
+        f"cmds from INFO commandstats, the commands run inside scripts included. {SATURATED}",
     )
     t.add_column("queue")
     for header, _, _ in COLUMNS:
@@ -50,7 +62,7 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
         m, r = peer["median"], peer.get("ratios") or {}
         cells = []
         for _, keys, digits in COLUMNS:
-            value = " / ".join(num(m.get(k), digits) for k in keys)
+            value = " / ".join(num(m.get(k), digits) for k in keys) + _mark(keys, m, rate)
             rat = " / ".join(ratio(r.get(k)) for k in keys)
             cells.append(f"{value}\n[dim]{rat}")
         name = f"[bold]{key}" if key.startswith("echomq") else key
@@ -117,7 +129,8 @@ _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{padding:4px 10px;border-bottom:1px solid #ddd}
 td{text-align:right}td:first-child,th:first-child{text-align:left}
-.r{color:#888;font-size:12px}.ours{font-weight:600}figure{margin:1em 0}.charts{display:grid;grid-template-columns:1fr 1fr;gap:0 2em}
+.r{color:#888;font-size:12px}.ours{font-weight:600}figure{margin:1em 0}
+.charts{display:grid;grid-template-columns:1fr 1fr;gap:0 2em}
 figcaption{font-weight:600;margin-bottom:.3em}code{background:#f4f4f4;padding:0 3px}
 """
 _OURS, _THEIRS = "#2b6cb0", "#a0aec0"
@@ -247,14 +260,14 @@ def render_html(report: Mapping[str, Any]) -> str:
             "</span></td>"
         )
         for _, keys, digits in COLUMNS:
-            value = " / ".join(num(med.get(k), digits) for k in keys)
+            value = " / ".join(num(med.get(k), digits) for k in keys) + _mark(keys, med, a["rate"])
             r = " / ".join(ratio(rat.get(k)) for k in keys)
             out.append(f"<td>{value}<br><span class=r>{r}</span></td>")
         out.append("</tr>")
     out.append(
         f"</table><p class=r>grey: the ratio to the fastest peer ({html.escape(str(fastest))}) "
         "on the same figure. Valkey cmds: INFO commandstats deltas, the commands run inside "
-        "scripts included.</p>"
+        f"scripts included. {html.escape(SATURATED)}.</p>"
     )
     out.append(
         f"<p>EVALSHA ceiling (a trivial script, {html.escape(c['reference_source'])}): "
