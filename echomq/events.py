@@ -1,18 +1,168 @@
 """``q.events``: the capped stream of outcomes (completed, failed, reaped, dead).
 
 Entries are appended by the transition scripts themselves, so an event exists if and
-only if its transition happened. Readers follow it with XREAD BLOCK.
+only if its transition happened. Readers follow it with XREAD BLOCK: :meth:`Events.follow`
+for one queue, :class:`Tail` for several queues' streams in one XREAD (one round trip per
+read however many queues, as a web process following every partition and another queue
+needs). Both survive a server that goes away: they retry with backoff, from where they
+were, and tell the caller of each error.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import redis
+
+from . import checks
+from .backoff import Backoff
 from .codec import text
 from .types import Event
 
 if TYPE_CHECKING:
     from .queue import Queue
+
+log = logging.getLogger("echomq.events")
+
+# What a tail rides out and retries: the server gone, restarting (LOADING), refusing
+# (OOM, READONLY) or silent past the socket's timeout.
+READ_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError, asyncio.TimeoutError)
+
+OnError = Callable[[BaseException, float], None]
+"""Told of each failed read: the error and the seconds until the next try."""
+
+
+def stream_position(event_id: str) -> tuple[int, int]:
+    """``"ms-seq"`` (or ``"ms"``) as a comparable pair; ``ValueError`` if it is no id."""
+    ms, _, seq = event_id.partition("-")
+    if not ms.isdigit() or (seq and not seq.isdigit()):
+        raise ValueError(f"not a stream id: {event_id!r}")
+    return int(ms), int(seq or 0)
+
+
+def xread_entries(reply: Any) -> list[tuple[str, list[Any]]]:
+    """XREAD's reply as ``(stream key, entries)`` pairs, whether RESP2 (a list of
+    ``[stream, entries]``) or RESP3 (a map of stream to ``[entries]``); [] for none."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(text(stream), value[0]) for stream, value in reply.items()]
+    return [(text(stream), entries) for stream, entries in reply]
+
+
+class Followed(NamedTuple):
+    """One event a :class:`Tail` read, with the queue whose stream it came from."""
+
+    queue: Queue
+    event: Event
+
+
+def _log_error(exc: BaseException, delay: float) -> None:
+    log.warning("events: %s: %s; reading again in %.1fs", type(exc).__name__, exc, delay)
+
+
+class Tail:
+    """Follows the events streams of ``queues`` in one ``XREAD BLOCK`` per read.
+
+    Args:
+        queues: the queues to follow, at least one, all on one server node (on a
+            cluster, where XREAD cannot span slots, give each queue a tail of its own).
+        conn: the client to read on; a connection of its own for blocking reads, whose
+            socket timeout exceeds ``block_ms``. Default: the first queue's.
+        after: where to start: ``"$"`` (only events appended from now on), an event id
+            (strictly after it) for every queue, or a mapping of queue name to either.
+            ``"$"`` is resolved to the stream's newest id before the first read, so a
+            retry after an error resumes exactly where the tail was, missing nothing
+            still retained.
+        block_ms: how long one read waits for an event (>= 1).
+        count: at most this many events per stream per read (>= 1).
+        backoff: the pause between failed reads; default 0.1 s doubling up to 5 s.
+        on_error: told of each failed read (the error, the pause before the next);
+            default a warning on the ``echomq.events`` logger. It may raise to end the
+            tail with that error.
+
+    Iterate over it for :class:`Followed` events, or over :meth:`batches` for each
+    read's events together (cheaper per event). It never ends on its own: a read that
+    fails with a server or connection error (:data:`READ_ERRORS`) is retried after the
+    backoff, from :attr:`positions`; break out of the loop (or cancel it) to stop. Any
+    other error is raised.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[Queue],
+        *,
+        conn: Any = None,
+        after: str | Mapping[str, str] = "$",
+        block_ms: int = 5_000,
+        count: int = 500,
+        backoff: Backoff | None = None,
+        on_error: OnError | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a tail follows at least one queue")
+        checks.integer("block_ms", block_ms, at_least=1)
+        checks.integer("count", count, at_least=1)
+        starts = after if isinstance(after, Mapping) else {q.name: after for q in queues}
+        for q in queues:
+            start = starts.get(q.name, "$")
+            if start != "$":
+                stream_position(start)  # ValueError before anything is read
+        self.queues = list(queues)
+        self.conn = conn if conn is not None else queues[0].conn
+        self.block_ms = block_ms
+        self.count = count
+        self.backoff = backoff or Backoff(first=0.1, cap=5.0, jitter=False)
+        self.on_error: OnError = on_error or _log_error
+        self._by_key = {q.keys.events: q for q in queues}
+        self._start = {q.keys.events: starts.get(q.name, "$") for q in queues}
+        self._positions: dict[str, str] = {}  # stream key -> last id read ("$" resolved)
+
+    @property
+    def positions(self) -> dict[str, str]:
+        """Queue name -> the id of the last event read from its stream (its resume point:
+        pass it as ``after`` to a new tail); empty before the first read."""
+        return {self._by_key[k].name: v for k, v in self._positions.items()}
+
+    async def __aiter__(self) -> AsyncIterator[Followed]:
+        async for batch in self.batches():
+            for followed in batch:
+                yield followed
+
+    async def batches(self) -> AsyncIterator[list[Followed]]:
+        """Each read's events (a non-empty list), oldest first within each stream."""
+        while True:
+            try:
+                if not self._positions:
+                    self._positions = {k: await self._resolve(k, s) for k, s in self._start.items()}
+                reply = await self.conn.xread(
+                    self._positions, count=self.count, block=self.block_ms
+                )
+                self.backoff.reset()
+            except READ_ERRORS as exc:
+                delay = self.backoff.next_delay()
+                self.on_error(exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            batch: list[Followed] = []
+            for key, entries in xread_entries(reply):
+                queue = self._by_key[key]
+                for raw_id, fields in entries:
+                    event = Event.from_entry(raw_id, fields)
+                    batch.append(Followed(queue, event))
+                if entries:
+                    self._positions[key] = batch[-1].event.event_id
+            if batch:
+                yield batch
+
+    async def _resolve(self, key: str, start: str) -> str:
+        if start != "$":
+            return start
+        entries = await self.conn.xrevrange(key, count=1)
+        return text(entries[0][0]) if entries else "0-0"
 
 
 class Events:
@@ -27,11 +177,37 @@ class Events:
         reply: Any = await self._q.conn.xread(
             {self._q.keys.events: after}, count=count, block=block_ms
         )
-        if not reply:
-            return []
-        # RESP2: [[stream, entries]]; RESP3: {stream: [entries]}
-        entries = next(iter(reply.values()))[0] if isinstance(reply, dict) else reply[0][1]
-        return [Event.from_entry(eid, fields) for eid, fields in entries]
+        return [
+            Event.from_entry(eid, fields) for _, es in xread_entries(reply) for eid, fields in es
+        ]
+
+    async def follow(
+        self,
+        after: str = "$",
+        *,
+        conn: Any = None,
+        block_ms: int = 5_000,
+        count: int = 500,
+        on_error: OnError | None = None,
+    ) -> AsyncIterator[Event]:
+        """Every event after ``after`` (``"$"``: from now on), as it is appended, for as
+        long as the caller iterates; a failed read is retried with backoff from the last
+        event read (see :class:`Tail`, which follows several queues in one read).
+
+        Args:
+            after: ``"$"`` or an event id (strictly after it).
+            conn: a client of its own for the blocking reads (socket timeout above
+                ``block_ms``); default the queue's.
+            block_ms: how long one read waits.
+            count: at most this many events per read.
+            on_error: told of each failed read (error, seconds to the next try).
+        """
+        tail = Tail(
+            [self._q], conn=conn, after=after, block_ms=block_ms, count=count, on_error=on_error
+        )
+        async for batch in tail.batches():
+            for followed in batch:
+                yield followed.event
 
     async def since(self, after: str, count: int = 1000) -> list[Event]:
         """Retained events strictly after ``after``, oldest first (no blocking)."""
@@ -47,3 +223,25 @@ class Events:
         """The newest event id, or "0-0" when the stream is empty."""
         entries = await self._q.conn.xrevrange(self._q.keys.events, count=1)
         return text(entries[0][0]) if entries else "0-0"
+
+    async def trimmed_after(self, after: str) -> bool:
+        """True when events after ``after`` may have been trimmed already (the stream is
+        capped at ``settings.events_maxlen``): a reader resuming from ``after`` may have
+        missed some. False when nothing was ever trimmed, or ``after`` is at or past the
+        oldest retained event. One ``XINFO STREAM``."""
+        pos = stream_position(after)
+        try:
+            info = await self._q.conn.xinfo_stream(self._q.keys.events)
+        except redis.ResponseError:
+            return False  # no stream yet: nothing was ever trimmed
+        length = int(info.get("length", 0))
+        if int(info.get("entries-added", length)) <= length:
+            return False  # nothing ever trimmed
+        if length:
+            oldest = stream_position(text(info["first-entry"][0]))
+        else:
+            last = stream_position(text(info.get("last-generated-id", b"0-0")))
+            oldest = (last[0], last[1] + 1)
+        # Trimmed ids all precede the oldest retained one; whether any came after `after`
+        # is not known, so an `after` older than the oldest retained id is a gap.
+        return pos < oldest

@@ -42,7 +42,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 import orjson
-import redis
 
 import echomq
 from codemojex import store, tracing
@@ -50,6 +49,7 @@ from codemojex.game import Game
 from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
+from echomq.events import Tail
 from echomq.ids import ulid_time_ms
 from web.allowance import Allowances
 from web.frames import FrameSink
@@ -145,8 +145,8 @@ class Hub:
     def __init__(self, game: Game, metrics: Metrics) -> None:
         self.game = game
         self.metrics = metrics
-        self.guess_events = {q.keys.events for q in game.queues.partitions}
-        self.round_events = game.rounds.queue.keys.events
+        # The queues whose events are scores (every partition's), and the rounds queue.
+        self.guess_queues = {q.name for q in game.queues.partitions}
         self.outbox_limit = OUTBOX_BYTES
         self.progress = FieldProgress()
         self._progress_sent: dict[str, bytes] = {}  # round id -> the last progress frame sent
@@ -173,11 +173,14 @@ class Hub:
 
     def start(self) -> None:
         tracing.configure("codemojex-web")  # decided once per process, from OTEL_*
-        streams = (*sorted(self.guess_events), self.round_events)
+        queues = [
+            *sorted(self.game.queues.partitions, key=lambda q: q.name),
+            self.game.rounds.queue,
+        ]
         assert self.game.config.valkey_url
         # XREAD cannot span slots: on a cluster (each queue in its own slot) every stream
         # has a reader of its own; on one server one XREAD follows both.
-        groups = [[s] for s in streams] if is_cluster(self.game.config.valkey_url) else [streams]
+        groups = [[q] for q in queues] if is_cluster(self.game.config.valkey_url) else [queues]
         self._tasks = [
             *(asyncio.create_task(self._follow(g), name="hub-reader") for g in groups),
             asyncio.create_task(self._flush_forever(), name="hub-flusher"),
@@ -319,22 +322,7 @@ class Hub:
     async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
         """True when events after ``after`` may have been trimmed already from the stream
         of ``player_id``'s scores (their partition's)."""
-        stream = self.game.queue_of(player_id).keys.events
-        try:
-            info = await self.game.conn.xinfo_stream(stream)
-        except redis.ResponseError:
-            return False  # no stream yet: nothing was ever trimmed
-        length = int(info.get("length", 0))
-        if int(info.get("entries-added", length)) <= length:
-            return False  # nothing ever trimmed
-        if length:
-            oldest = parse_event_id(_text(info["first-entry"][0]))
-        else:
-            last = parse_event_id(_text(info.get("last-generated-id", b"0-0")))
-            oldest = (last[0], last[1] + 1) if last else None
-        # Trimmed ids all precede the oldest retained one; whether any came after `after`
-        # is not known, so an `after` older than the oldest retained id is a gap.
-        return oldest is not None and after < oldest
+        return await self.game.queue_of(player_id).events.trimmed_after(f"{after[0]}-{after[1]}")
 
     async def resume(self, player_id: str, address: str, after: str) -> list[Outgoing] | None:
         """A resuming socket's replay, if its player and address can still afford one:
@@ -380,7 +368,7 @@ class Hub:
 
     # -- the reader -----------------------------------------------------------------------------
 
-    async def _follow(self, streams: Sequence[str]) -> None:
+    async def _follow(self, queues: Sequence[echomq.Queue]) -> None:
         assert self.game.config.valkey_url
         reader = echomq.connect(
             self.game.config.valkey_url,
@@ -389,39 +377,27 @@ class Hub:
             socket_keepalive=True,
         )
         self._readers.append(reader)
-        positions: dict[Any, Any] = {}  # stream key -> last id seen
-        backoff = Backoff(first=0.1, cap=5.0, jitter=False)
-        while True:
-            try:
-                if not positions:
-                    # Start at the streams' ends: a socket that needs older events asks for
-                    # them with after= (replay), not through the live fan-out.
-                    positions = {s: await self._last_id(reader, s) for s in streams}
-                reply = await reader.xread(positions, count=READ_COUNT, block=BLOCK_MS)
-                backoff.reset()
-            except Exception as exc:  # noqa: BLE001 - the reader must outlive any outage
-                delay = backoff.next_delay()
-                log.warning(
-                    "events reader: %s: %s; retrying in %.1fs", type(exc).__name__, exc, delay
-                )
-                await asyncio.sleep(delay)
-                continue
-            for raw_stream, entries in _streams(reply):
-                stream = _text(raw_stream)
-                for raw_id, fields in entries:
-                    event = echomq.Event.from_entry(raw_id, fields)
-                    positions[stream] = event.event_id
-                    try:
-                        if stream in self.guess_events:
-                            self._on_guess_event(event)
-                        else:
-                            await self._on_round_event(event)
-                    except Exception:  # one bad event must not stop the feed
-                        log.exception("events reader: could not handle %s", event.event_id)
-
-    async def _last_id(self, reader: Client, key: str) -> str:
-        entries = await reader.xrevrange(key, count=1)
-        return _text(entries[0][0]) if entries else "0-0"
+        # From the streams' ends: a socket that needs older events asks for them with
+        # after= (replay), not through the live fan-out. The tail outlives any outage:
+        # it reads again with backoff from where it was, and each failure is logged.
+        tail = Tail(
+            queues,
+            conn=reader,
+            after="$",
+            block_ms=BLOCK_MS,
+            count=READ_COUNT,
+            backoff=Backoff(first=0.1, cap=5.0, jitter=False),
+            on_error=_reader_failed,
+        )
+        async for batch in tail.batches():
+            for queue, event in batch:
+                try:
+                    if queue.name in self.guess_queues:
+                        self._on_guess_event(event)
+                    else:
+                        await self._on_round_event(event)
+                except Exception:  # one bad event must not stop the feed
+                    log.exception("events reader: could not handle %s", event.event_id)
 
     def _on_guess_event(self, event: echomq.Event) -> None:
         msg = score_message(event)
@@ -561,14 +537,5 @@ class Hub:
                 self.offer(conn, PING)
 
 
-def _streams(reply: Any) -> list[tuple[Any, list[Any]]]:
-    """XREAD's reply as (stream, entries) pairs, whether RESP2 (list) or RESP3 (dict)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return [(stream, value[0]) for stream, value in reply.items()]
-    return [(stream, entries) for stream, entries in reply]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _reader_failed(exc: BaseException, delay: float) -> None:
+    log.warning("events reader: %s: %s; retrying in %.1fs", type(exc).__name__, exc, delay)
