@@ -17,6 +17,8 @@ from typing import Any, cast
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
+import echomq.admin
+import echomq.registry
 from codemojex import control, layout, store
 from codemojex.admission import TokenBuckets, address_key
 from codemojex.config import GUESS_QUEUE, Config
@@ -298,14 +300,11 @@ class Game:
             # Ids are never reused, so a recorded exit is final even while the registry
             # still lists the worker (until its heartbeat lapses).
             w = alive.get(wid) if wid not in exits else None
-            meta = (
-                w.meta
-                if w
-                else {
-                    text(k): text(v)
-                    for k, v in (await self.conn.hgetall(first.keys.worker(wid))).items()
-                }
-            )
+            if w:
+                meta = w.meta
+            else:  # gone: its row, while it outlives the registry entry, says who it was
+                gone = await echomq.registry.worker(first, wid)
+                meta = dict(gone.meta) if gone is not None else {}
             job_id = meta.get("job_id") or None
             lease_ms = None
             if w and job_id:
@@ -482,13 +481,10 @@ class Admin:
         recorded them, and the overlap of the next one is still after them). Their floor
         rows stay: the admin page lists them and may discard them; a retry answers 409,
         the queue no longer holds the job. Returns how many left."""
-        excess = int(await self.conn.zcard(queue.keys.dead)) - keep
+        excess = await echomq.admin.dead_count(queue) - keep
         if excess <= 0 or safe_before_ms <= 0:
             return 0
-        raw = await self.conn.zrangebyscore(
-            queue.keys.dead, 0, safe_before_ms, start=0, num=min(excess, 1_000)
-        )
-        ids = [text(jid) for jid in cast(list[bytes], raw)]
+        ids = await echomq.admin.dead_before(queue, safe_before_ms, limit=min(excess, 1_000))
         trimmed = 0
         for first in range(0, len(ids), 50):  # a few connections at a time, not a thousand
             gone = await asyncio.gather(

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+import echomq.admin
 from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Admin, Game
@@ -71,7 +72,7 @@ async def metrics(request: Request) -> Response:
             snapshot = dict(await Admin(services.game).queue_view())
             # Every worker registers on every partition: the first one counts them.
             queue = services.game.queues.partitions[0]
-            snapshot["workers_alive"] = await queue.conn.zcard(queue.keys.workers)
+            snapshot["workers_alive"] = await echomq.admin.worker_count(queue)
     except BACKEND_ERRORS as exc:
         # The process's own metrics are still worth a scrape; codemojex_queue_up says 0.
         log.warning("metrics: queue unavailable: %s: %s", type(exc).__name__, exc)
