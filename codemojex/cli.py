@@ -2,8 +2,10 @@
 ``migrate``, ``mash`` (the load script).
 
 Configuration comes from flags over ``CODEMOJEX_*`` environment variables over defaults
-(:meth:`Config.from_env`). ``up`` hands the resolved configuration to its children through
-the same variables, so every process agrees on the URLs and the admin token.
+(:meth:`Config.from_env`). Each setting is declared once, in codemojex.config; the flags
+below, their help, the variables, the checks and what ``up`` hands its children through
+the same variables (so every process agrees on the URLs and the admin token) are derived
+from it by codemojex.settings.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""The OpenAPI 3.1 document of the HTTP API, written by hand from CONTRACT §4.
+"""The OpenAPI 3.1 document of the HTTP API, from CONTRACT §4.
 
-Hand-written rather than generated so that it states the contract — error answers, the
-check order, Retry-After — and not merely whatever the handlers happen to accept.
+The answers' shapes (``components.schemas``) are generated from their one declaration,
+the typed shapes of ``codemojex.views`` (codemojex.json_schema). The operations are
+written by hand so that they state the contract — error answers, the check order,
+Retry-After — and not merely whatever the handlers happen to accept; so are the request
+bodies, whose schemas are the deployment's rules (the palette, the name patterns).
 """
 
 from __future__ import annotations
@@ -11,36 +14,46 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from codemojex import views
+from codemojex.json_schema import schema_of
 from codemojex.names import MAX_MARKS_PER_GRAPHEME, NAME_MAX_CHARS
 from codemojex.rules import DEFAULT_LENGTH, DEFAULT_PALETTE
 from web.errors import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY_CHARS
 from web.name_pattern import name_patterns
 
-_ERROR_CODES = [
-    "invalid_body",
-    "invalid_guess",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "round_closed",
-    "body_too_large",
-    "method_not_allowed",
-    "request_timeout",
-    "lane_full",
-    "rate_limited",
-    "idempotency_conflict",
-    "conflict",
-    "unavailable",
-    "overloaded",
-]
-
-_ID = {
-    "PLR": {"type": "string", "pattern": "^PLR_[0-7][0-9A-HJKMNP-TV-Z]{25}$"},
-    "RND": {"type": "string", "pattern": "^RND_[0-7][0-9A-HJKMNP-TV-Z]{25}$"},
-    "JOB": {"type": "string", "pattern": "^JOB_[0-7][0-9A-HJKMNP-TV-Z]{25}$"},
+# The answers' components, each generated from its shape; a shape named here is a $ref
+# wherever another one holds it.
+_COMPONENTS: dict[str, Any] = {
+    "Error": views.ErrorBody,
+    "NewPlayer": views.NewPlayer,
+    "Round": views.RoundView,
+    "Accepted": views.Accepted,
+    "Score": views.ScoreView,
+    "Guess": views.GuessView,
+    "Guesses": views.Guesses,
+    "Leaderboard": views.Leaderboard,
+    "Health": views.Health,
+    "HealthDown": views.HealthDown,
+    "Worker": views.WorkerView,
+    "Workers": views.Workers,
+    "WorkerId": views.WorkerId,
+    "KillOrdered": views.KillOrdered,
+    "Queue": views.QueueView,
+    "DeadJob": views.DeadJobView,
+    "DeadJobs": views.DeadJobs,
+    "JobState": views.JobState,
 }
-_MS = {"type": "integer", "description": "epoch milliseconds, Valkey server clock"}
-_EMOJIS = {"type": "array", "items": {"type": "string"}}
+
+
+def _schemas() -> dict[str, Any]:
+    refs = {shape: name for name, shape in _COMPONENTS.items()}
+    schemas = {name: schema_of(shape, refs) for name, shape in _COMPONENTS.items()}
+    schemas["NewPlayerBody"] = _obj({"name": _ref("PlayerName")})
+    # GuessBody and PlayerName are the deployment's: see openapi_document().
+    return schemas
+
+
+_ROUND_ID: dict[str, Any] = schema_of(views.RoundId)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -63,157 +76,6 @@ def _obj(props: dict[str, Any], required: list[str] | None = None, **extra: Any)
         **extra,
     }
 
-
-_SCHEMAS: dict[str, Any] = {
-    "Error": _obj(
-        {
-            "error": {"type": "string", "enum": _ERROR_CODES},
-            "detail": {"type": "string"},
-        }
-    ),
-    "NewPlayerBody": _obj({"name": {"$ref": "#/components/schemas/PlayerName"}}),
-    "NewPlayer": _obj(
-        {
-            "player_id": _ID["PLR"],
-            "name": {"type": "string"},
-            "token": {"type": "string", "description": "shown once"},
-        }
-    ),
-    "Round": _obj(
-        {
-            "round_id": _ID["RND"],
-            "length": {"type": "integer"},
-            "palette": _EMOJIS,
-            "opens_at": _MS,
-            "closes_at": _MS,
-            "state": {"type": "string", "enum": ["open", "closed"]},
-            "secret": {**_EMOJIS, "description": "closed rounds only"},
-            "solvers": {
-                "type": "array",
-                "description": "closed rounds only, in acceptance order",
-                "items": _obj(
-                    {
-                        "player_id": _ID["PLR"],
-                        "name": {"type": "string"},
-                        "seq": {"type": "integer"},
-                    }
-                ),
-            },
-        },
-        ["round_id", "length", "palette", "opens_at", "closes_at", "state"],
-    ),
-    # GuessBody is the deployment's: see _guess_body().
-    "Accepted": _obj({"job_id": _ID["JOB"], "seq": {"type": "integer", "minimum": 0}}),
-    "Score": _obj(
-        {
-            "exact": {"type": "integer"},
-            "near": {"type": "integer"},
-            "solved": {"type": "boolean"},
-            "points": {"type": "integer"},
-        }
-    ),
-    "Guess": _obj(
-        {
-            "job_id": _ID["JOB"],
-            "round_id": _ID["RND"],
-            "seq": {"type": "integer"},
-            "guess": _EMOJIS,
-            "state": {
-                "type": "string",
-                "enum": ["pending", "active", "scheduled", "completed", "dead"],
-            },
-            "attempts": {"type": "integer"},
-            "score": {"oneOf": [_ref("Score"), {"type": "null"}]},
-        }
-    ),
-    "Guesses": _obj({"guesses": {"type": "array", "items": _ref("Guess")}}),
-    "Leaderboard": _obj(
-        {
-            "players": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "player_id": _ID["PLR"],
-                        "name": {"type": "string"},
-                        "points": {"type": "integer"},
-                        "solved_rounds": {"type": "integer"},
-                    }
-                ),
-            }
-        }
-    ),
-    "Health": _obj(
-        {"status": {"type": "string"}, "valkey": {"type": "boolean"}, "sql": {"type": "boolean"}},
-        ["valkey", "sql"],
-    ),
-    "HealthDown": {
-        "description": "unavailable, and which of the two did not answer",
-        "allOf": [
-            _ref("Error"),
-            _obj({"valkey": {"type": "boolean"}, "sql": {"type": "boolean"}}),
-        ],
-    },
-    "Worker": _obj(
-        {
-            "worker_id": {"type": "string"},
-            "pid": {"type": ["integer", "null"]},
-            "host": {"type": ["string", "null"]},
-            "state": {"type": "string", "enum": ["idle", "scoring", "waiting", "dead"]},
-            "job_id": {"type": ["string", "null"]},
-            "lease_remaining_ms": {"type": ["integer", "null"]},
-            "jobs_done": {"type": "integer"},
-            "alive": {"type": "boolean"},
-            "exit_reason": {"type": ["string", "null"]},
-            "killed_holding": {
-                "type": ["array", "null"],
-                "items": {"type": "string"},
-                "description": "Killed by an order: the jobs it was scoring then.",
-            },
-        }
-    ),
-    "Workers": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
-    "WorkerId": _obj({"worker_id": {"type": "string"}}, ["worker_id"]),
-    "KillOrdered": _obj(
-        {
-            "worker_id": {"type": "string"},
-            "state": {"type": "string", "const": "kill ordered"},
-        }
-    ),
-    "Queue": _obj(
-        {
-            **{
-                k: {"type": "integer"}
-                for k in ("pending", "active", "scheduled", "completed", "dead")
-            },
-            "lanes": {
-                "type": "array",
-                "items": _obj({"lane": {"type": "string"}, "depth": {"type": "integer"}}),
-                "description": "the first 1,000 non-empty lanes, deepest first",
-            },
-            "lane_count": {"type": "integer", "description": "every non-empty lane"},
-            "counters": {
-                "type": "object",
-                "additionalProperties": {"type": "integer"},
-                "description": "accepted, scored, stale_refused, reclaimed, failed, "
-                "dead, retried, released",
-            },
-        }
-    ),
-    "DeadJob": _obj(
-        {
-            "job_id": _ID["JOB"],
-            "lane": {"type": ["string", "null"]},
-            "payload": {"description": "the job's payload (operators only)"},
-            "error": {"type": ["string", "null"]},
-            "reason": {"type": ["string", "null"]},
-            "attempts": {"type": "integer"},
-            "died_at": _MS,
-            "retried_at": {"type": ["integer", "null"]},
-        }
-    ),
-    "DeadJobs": _obj({"jobs": {"type": "array", "items": _ref("DeadJob")}}),
-    "JobState": _obj({"job_id": _ID["JOB"], "state": {"type": "string"}}),
-}
 
 _RETRY_AFTER = {
     "Retry-After": {
@@ -270,7 +132,7 @@ def _player_name() -> dict[str, Any]:
 def _guess_body(length: int, palette: Sequence[str]) -> dict[str, Any]:
     return _obj(
         {
-            "round_id": _ID["RND"],
+            "round_id": _ROUND_ID,
             "guess": {
                 "type": "array",
                 "description": "exactly `length` emojis of the palette (GET /api/round)",
@@ -318,7 +180,7 @@ def _query_param(name: str, required: bool) -> dict[str, Any]:
         "name": name,
         "in": "query",
         "required": required,
-        "schema": _ID["RND"],
+        "schema": _ROUND_ID,
         "description": "empty: 400 invalid_body; not a known round: 404",
     }
 
@@ -520,7 +382,7 @@ def openapi_document(
     """The document for a deployment whose guesses are ``length`` emojis of ``palette``:
     built once per process, on first use (the name patterns take a moment); read-only."""
     schemas = {
-        **copy.deepcopy(_SCHEMAS),
+        **_schemas(),
         "PlayerName": _player_name(),
         "GuessBody": _guess_body(length, palette),
     }
