@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import redis
 
@@ -53,11 +53,9 @@ def xread_entries(reply: Any) -> list[tuple[str, list[Any]]]:
     return [(text(stream), entries) for stream, entries in reply]
 
 
-class Followed(NamedTuple):
-    """One event a :class:`Tail` read, with the queue whose stream it came from."""
-
-    queue: Queue
-    event: Event
+Followed: TypeAlias = tuple["Queue", Event]
+"""One event a :class:`Tail` read, with the queue whose stream it came from: a plain pair
+(a named tuple cost a third more per event on the hub's path, bench/bench_edge.py)."""
 
 
 def _log_error(exc: BaseException, delay: float) -> None:
@@ -84,7 +82,7 @@ class Tail:
             default a warning on the ``echomq.events`` logger. It may raise to end the
             tail with that error.
 
-    Iterate over it for :class:`Followed` events, or over :meth:`batches` for each
+    Iterate over it for ``(queue, event)`` pairs, or over :meth:`batches` for each
     read's events together (cheaper per event). It never ends on its own: a read that
     fails with a server or connection error (:data:`READ_ERRORS`) is retried after the
     backoff, from :attr:`positions`; break out of the loop (or cancel it) to stop. Any
@@ -127,13 +125,16 @@ class Tail:
         pass it as ``after`` to a new tail); empty before the first read."""
         return {self._by_key[k].name: v for k, v in self._positions.items()}
 
-    async def __aiter__(self) -> AsyncIterator[Followed]:
+    async def __aiter__(self) -> AsyncGenerator[Followed, None]:
         async for batch in self.batches():
             for followed in batch:
                 yield followed
 
-    async def batches(self) -> AsyncIterator[list[Followed]]:
-        """Each read's events (a non-empty list), oldest first within each stream."""
+    async def batches(self) -> AsyncGenerator[Iterator[Followed], None]:
+        """Each read's events, oldest first within each stream, as an iterator of
+        ``(queue, event)`` pairs that decodes each entry as it is reached (no list of a
+        read's events is built: on the hub's path that cost as much as the loop itself).
+        :attr:`positions` are past the read already: iterate each before the next."""
         while True:
             try:
                 if not self._positions:
@@ -147,22 +148,26 @@ class Tail:
                 self.on_error(exc, delay)
                 await asyncio.sleep(delay)
                 continue
-            batch: list[Followed] = []
-            for key, entries in xread_entries(reply):
-                queue = self._by_key[key]
-                for raw_id, fields in entries:
-                    event = Event.from_entry(raw_id, fields)
-                    batch.append(Followed(queue, event))
-                if entries:
-                    self._positions[key] = batch[-1].event.event_id
-            if batch:
-                yield batch
+            read = [
+                (self._by_key[key], entries) for key, entries in xread_entries(reply) if entries
+            ]
+            if not read:
+                continue  # the block ran out: read again
+            for queue, entries in read:
+                self._positions[queue.keys.events] = text(entries[-1][0])
+            yield _decoded(read)
 
     async def _resolve(self, key: str, start: str) -> str:
         if start != "$":
             return start
         entries = await self.conn.xrevrange(key, count=1)
         return text(entries[0][0]) if entries else "0-0"
+
+
+def _decoded(read: list[tuple[Queue, list[Any]]]) -> Iterator[Followed]:
+    for queue, entries in read:
+        for raw_id, fields in entries:
+            yield queue, Event.from_entry(raw_id, fields)
 
 
 class Events:
@@ -206,8 +211,8 @@ class Events:
             [self._q], conn=conn, after=after, block_ms=block_ms, count=count, on_error=on_error
         )
         async for batch in tail.batches():
-            for followed in batch:
-                yield followed.event
+            for _, event in batch:
+                yield event
 
     async def since(self, after: str, count: int = 1000) -> list[Event]:
         """Retained events strictly after ``after``, oldest first (no blocking)."""

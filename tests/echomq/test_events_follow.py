@@ -80,13 +80,13 @@ async def test_a_tail_follows_several_queues_in_one_read(conn: Any) -> None:
     tail = Tail([a, b], block_ms=100, after="0-0")
     it = tail.batches()
     first = await take(it, 1)
-    assert [(f.queue.name, f.event.type) for f in first[0]] == [(a.name, "completed")]
+    assert [(queue.name, event.type) for queue, event in first[0]] == [(a.name, "completed")]
     ids_a, ids_b = await complete(a, 2), await complete(b, 3)
     got: list[Followed] = []
     while len(got) < 5:
-        got += (await take(it, 1))[0]
-    assert [f.event.job_id for f in got if f.queue is a] == ids_a
-    assert [f.event.job_id for f in got if f.queue is b] == ids_b
+        got += list((await take(it, 1))[0])
+    assert [event.job_id for queue, event in got if queue is a] == ids_a
+    assert [event.job_id for queue, event in got if queue is b] == ids_b
     assert tail.positions == {a.name: (await a.events.last_id()), b.name: await b.events.last_id()}
 
 
@@ -106,22 +106,21 @@ async def test_the_tail_rides_out_a_valkey_restart_from_where_it_was(
 ) -> None:
     server = EmbeddedValkey(tmp_path / "valkey", appendfsync="always")
     await asyncio.to_thread(server.start)
-    conn = redis.asyncio.Redis.from_url(
+    reader = redis.asyncio.Redis.from_url(
         server.url, protocol=protocol, socket_timeout=2, socket_connect_timeout=1
     )
     errors: list[BaseException] = []
-    q = echomq.Queue(conn, "restarts")
+    tail = Tail(
+        [echomq.Queue(reader, "restarts")],
+        block_ms=100,
+        backoff=Backoff(first=0.05, cap=0.2, jitter=False),
+        on_error=lambda exc, delay: errors.append(exc),
+    )
+    it = tail.__aiter__()
     try:
-        tail = Tail(
-            [q],
-            block_ms=100,
-            backoff=Backoff(first=0.05, cap=0.2, jitter=False),
-            on_error=lambda exc, delay: errors.append(exc),
-        )
-        it = tail.__aiter__()
         first = asyncio.ensure_future(anext(it))
         await asyncio.sleep(0.2)
-        before = await complete(q, 3)
+        before = await _complete_on(server.url, 3)
         got = [await first, *await take(it, 2)]
         pending = asyncio.ensure_future(anext(it))  # the tail blocks on, across the outage
         await asyncio.to_thread(server.stop)
@@ -130,13 +129,22 @@ async def test_the_tail_rides_out_a_valkey_restart_from_where_it_was(
                 await asyncio.sleep(0.02)
         assert not pending.done()
         await asyncio.to_thread(server.start)
-        after = await complete(q, 3)
+        after = await _complete_on(server.url, 3)  # a writer of its own: not under test
         got += [(await pending), *await take(it, 2)]
-        assert [f.event.job_id for f in got] == before + after  # nothing missed, none twice
+        assert [event.job_id for _, event in got] == before + after  # nothing missed, none twice
         assert all(isinstance(e, (redis.ConnectionError, OSError)) for e in errors)
     finally:
-        await conn.aclose()
+        await it.aclose()
+        await reader.aclose()
         await asyncio.to_thread(server.stop)
+
+
+async def _complete_on(url: str, n: int) -> list[str]:
+    writer = redis.asyncio.Redis.from_url(url)
+    try:
+        return await complete(echomq.Queue(writer, "restarts"), n)
+    finally:
+        await writer.aclose()
 
 
 async def test_trimmed_after_says_when_a_resume_point_may_have_lost_events(
