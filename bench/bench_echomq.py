@@ -934,9 +934,9 @@ def explain_ratio(rows: list[dict[str, Any]], c: dict[str, Any], batch: int) -> 
     best = max(rows, key=lambda r: r["jobs_per_s"])
     console.print(
         f"  ratio = jobs/s ÷ the trivial-EVALSHA ceiling ({fmt(ref)}/s). Draining costs "
-        f"{spj_text} client-sent script calls per job (1 complete + 1/{batch} "
-        "of a batched claim + heartbeats/extends/reaps) and enqueueing 1 more, so with scripts "
-        "as cheap as `return 1` the drain could reach ~1.0 and the whole lifecycle ~0.5.\n"
+        f"{spj_text} client-sent script calls per job (claims and completions each batched, "
+        f"up to {batch} jobs a call, + heartbeats/extends/reaps) and enqueueing 1 more, so "
+        "with scripts as cheap as `return 1` the whole lifecycle could reach ~1.0.\n"
         f"  They are not that cheap: a job runs {min(cmds):.0f}-{max(cmds):.0f} commands inside "
         f"its scripts and costs {min(us):.0f}-{max(us):.0f} µs of Valkey CPU, i.e. "
         f"{min(us) / trivial_us:.0f}-{max(us) / trivial_us:.0f} trivial calls' worth, so "
