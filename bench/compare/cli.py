@@ -30,7 +30,7 @@ console = Console()
 if not console.is_terminal:  # piped or captured: wide enough for the table, no live bars
     console = Console(width=160)
 
-NOT_FIGURES = ("version", "loadavg_1m", "per_worker", "procs", "extra_runs")
+NOT_FIGURES = ("version", "loadavg_1m", "per_worker", "procs", "extra_runs", "round")
 
 
 def _keys(text: str) -> list[str]:
@@ -203,7 +203,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         report["peers"][peer.key] = {
             "version": peer.version or (rows[0]["version"] if rows else ""),
             "rounds": rows,
-            "median": _figures(medians([_numbers(x) for x in rows])) if rows else {},
+            "median": medians([_numbers(x) for x in rows]) if rows else {},
         }
     fastest = fastest_peer({k: v["median"] for k, v in report["peers"].items()})
     report["fastest_peer"] = fastest
@@ -213,7 +213,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     report["multi"] = {
         str(n): {
             "rounds": rounds[f"x{n}"],
-            "median": _figures(medians([_numbers(x) for x in rounds[f"x{n}"]])),
+            "median": medians([_numbers(x) for x in rounds[f"x{n}"]]),
         }
         for n in a.procs
         if rounds.get(f"x{n}")
@@ -226,11 +226,6 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
 def _numbers(row: dict[str, Any]) -> dict[str, float | None]:
     return {k: v for k, v in row.items() if k not in NOT_FIGURES and isinstance(v, int | float)}
-
-
-def _figures(m: dict[str, float | None]) -> dict[str, float | None]:
-    m.pop("round", None)
-    return m
 
 
 def _say(name: str, row: dict[str, Any]) -> None:
