@@ -14,8 +14,9 @@ Starts its own ``valkey-server`` (AOF ``everysec``) in a temp dir.
 2. **Tail.** Two streams (a partition's and the rounds queue's, as the hub follows them)
    hold N events between them; each reader reads them all from ``0-0`` in reads of 500,
    decoding each entry into an ``Event`` and dispatching it on its queue: the hub's loop as
-   it was before ``Tail`` (copied below) and ``Tail.batches()``. Events/s, medians of
-   interleaved rounds, and the ratio.
+   it was before ``Tail`` (copied below) and ``Tail.batches()``. Events/s and this
+   process's CPU per event (the hub's cost), medians of rounds that alternate which goes
+   first, and the ratios.
 """
 
 from __future__ import annotations
@@ -154,21 +155,25 @@ async def tail_rounds(url: str, events: int, rounds: int, protocol: int) -> dict
     reader = aioredis.Redis.from_url(url, protocol=protocol)
     names = {guesses.name}
     keys = [q.keys.events for q in (guesses, rounds_q)]
-    old: list[float] = []
-    new: list[float] = []
-    for _ in range(rounds):
-        for which in ("old", "tail"):
-            t0 = time.perf_counter()
+    rate: dict[str, list[float]] = {"old": [], "tail": []}
+    cpu: dict[str, list[float]] = {"old": [], "tail": []}  # this process's CPU, us/event
+    for i in range(rounds):
+        for which in ("old", "tail") if i % 2 else ("tail", "old"):  # neither always first
+            t0, c0 = time.perf_counter(), time.process_time()
             if which == "old":
                 got = await read_old(reader, {keys[0]}, keys, events)
             else:
                 got = await read_tail(reader, names, [guesses, rounds_q], events)
-            rate = events / (time.perf_counter() - t0)
+            rate[which].append(events / (time.perf_counter() - t0))
+            cpu[which].append((time.process_time() - c0) / events * 1e6)
             assert got == events // 100, (which, got)
-            (old if which == "old" else new).append(rate)
     await reader.aclose()
     await conn.aclose()
-    return {"old": statistics.median(old), "tail": statistics.median(new)}
+    return {
+        **{k: statistics.median(v) for k, v in rate.items()},
+        **{f"{k}_cpu": statistics.median(v) for k, v in cpu.items()},
+        **{f"{k}_cpu_min": min(v) for k, v in cpu.items()},
+    }
 
 
 def load() -> str:
@@ -206,6 +211,11 @@ async def main() -> None:
                 print(
                     f"  old loop {r['old']:9,.0f} events/s   Tail {r['tail']:9,.0f} events/s"
                     f"   ratio {r['tail'] / r['old']:.3f}   {load()}"
+                )
+                print(
+                    f"  CPU per event (median, min): old loop {r['old_cpu']:.2f}, "
+                    f"{r['old_cpu_min']:.2f} us   Tail {r['tail_cpu']:.2f}, {r['tail_cpu_min']:.2f} us"
+                    f"   ratio of medians {r['tail_cpu'] / r['old_cpu']:.3f}"
                 )
 
 
