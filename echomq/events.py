@@ -16,6 +16,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, M
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import redis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 
 from . import checks
 from .backoff import Backoff
@@ -66,8 +68,9 @@ class Tail:
     """Follows the events streams of ``queues`` in one ``XREAD BLOCK`` per read.
 
     Args:
-        queues: the queues to follow, at least one, all on one server node (on a
-            cluster, where XREAD cannot span slots, give each queue a tail of its own).
+        queues: the queues to follow, at least one, all on one server (on a cluster,
+            where XREAD cannot span slots, give each queue a tail of its own: a tail over
+            several slots is refused with ``ValueError``).
         conn: the client to read on; a connection of its own for blocking reads, whose
             socket timeout exceeds ``block_ms``. Default: the first queue's.
         after: where to start: ``"$"`` (only events appended from now on), an event id
@@ -111,6 +114,12 @@ class Tail:
                 stream_position(start)  # ValueError before anything is read
         self.queues = list(queues)
         self.conn = conn if conn is not None else queues[0].conn
+        if isinstance(self.conn, RedisCluster) and len(queues) > 1:
+            slots = {key_slot(q.keys.events.encode()) for q in queues}
+            if len(slots) > 1:  # XREAD would answer CROSSSLOT on every try, for ever
+                raise ValueError(
+                    "on a cluster a tail's queues must share one slot: give each its own tail"
+                )
         self.block_ms = block_ms
         self.count = count
         self.backoff = backoff or Backoff(first=0.1, cap=5.0, jitter=False)

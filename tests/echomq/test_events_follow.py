@@ -17,6 +17,7 @@ import echomq
 from echomq.backoff import Backoff
 from echomq.events import Followed, Tail, stream_position
 from echomq.server import EmbeddedValkey
+from tests.cluster import ValkeyCluster
 
 PROTOCOLS = [2, 3]
 
@@ -163,3 +164,18 @@ async def test_trimmed_after_says_when_a_resume_point_may_have_lost_events(
     assert not await q.events.trimmed_after(await q.events.last_id())
     with pytest.raises(ValueError):
         await q.events.trimmed_after("not-an-id")
+
+
+async def test_on_a_cluster_a_tail_follows_one_slot_and_refuses_several(
+    valkey_cluster: ValkeyCluster,
+) -> None:
+    conn = valkey_cluster.client()
+    try:
+        a, b = echomq.Queue(conn, name()), echomq.Queue(conn, name())
+        with pytest.raises(ValueError, match="one slot"):
+            Tail([a, b])
+        ids = await complete(a, 3)
+        events = await take(a.events.follow(after="0-0", block_ms=100), 3)
+        assert [e.job_id for e in events] == ids
+    finally:
+        await conn.aclose()
