@@ -367,3 +367,35 @@ async def test_hooks_must_be_hooks(q: echomq.Queue) -> None:
         echomq.Queue(q.conn, q.name, hooks=[object()])  # type: ignore[list-item]
     hooked = echomq.Queue(q.conn, q.name, hooks=[echomq.Hooks()])
     assert hooked.using(q.conn).hooks == hooked.hooks
+
+
+async def test_every_notification_raising_changes_no_jobs_fate(
+    q: echomq.Queue, start: Start
+) -> None:
+    called: list[str] = []
+
+    def broken(point: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            called.append(point)
+            raise RuntimeError(f"{point} is broken")
+
+        return hook
+
+    async def handler(claim: echomq.Claim) -> str:
+        if claim.token == 1:
+            raise echomq.Retry(10, "once")
+        await asyncio.sleep(0.5)  # past a few renewals of its 300 ms lease
+        return "ok"
+
+    hooks = echomq.Hooks(
+        on_claim=broken("on_claim"),
+        on_fail=broken("on_fail"),
+        on_release=broken("on_release"),
+        after_extend=broken("after_extend"),
+    )
+    ids = [await q.lanes.enqueue(f"l{i}", i) for i in range(3)]
+    c = await start(handler, hooks=[hooks], lease_ms=300, concurrency=3)
+    await wait_for(lambda: completed(q, 3))
+    assert await states(q, ids) == ["completed"] * 3
+    assert c.lost == 0 and c.failed == 3 and c.stale == 0
+    assert {"on_claim", "on_fail", "after_extend"} <= set(called)
