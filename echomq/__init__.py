@@ -63,6 +63,7 @@ from .errors import (
     ServerError,
     Unavailable,
 )
+from .events import Tail
 from .hooks import Hooks
 from .ids import branded, is_branded, job_id, ulid, worker_id
 from .keys import Keys
@@ -106,6 +107,7 @@ __all__ = [
     "Retry",
     "ServerError",
     "Settings",
+    "Tail",
     "Token",
     "Unavailable",
     "WorkerInfo",
