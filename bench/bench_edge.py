@@ -65,8 +65,9 @@ def _hooks(mode: str) -> list[Any]:
     ]
 
 
-async def drain(url: str, mode: str, jobs: int) -> float:
-    """Jobs/s for one consumer draining ``jobs`` plain jobs under ``mode``'s hooks."""
+async def drain(url: str, mode: str, jobs: int) -> tuple[float, float]:
+    """(jobs/s, this process's CPU us per job) for one consumer draining ``jobs`` plain
+    jobs under ``mode``'s hooks."""
     conn = aioredis.Redis.from_url(url)
     q = echomq.Queue(conn, f"h{os.urandom(4).hex()}")
     pipe_size = 50  # at once: the pool holds 100 connections
@@ -78,15 +79,15 @@ async def drain(url: str, mode: str, jobs: int) -> float:
 
     kw: dict[str, Any] = {"hooks": _hooks(mode)} if HOOKS else {}
     c = echomq.Consumer(q, handler, source="jobs", concurrency=32, batch=32, reaper=False, **kw)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     task = asyncio.create_task(c.run())
     while c.completed < jobs:
         await asyncio.sleep(0.005)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     c.stop()
     await task
     await conn.aclose()
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6
 
 
 # -- the hub's reader before Tail (web/hub.py at 43d1df7), minus its error handling ----------
@@ -192,15 +193,20 @@ async def main() -> None:
         if a.only != "tail":
             modes = a.modes.split(",") if HOOKS else ["none"]
             rates: dict[str, list[float]] = {m: [] for m in modes}
+            cpus: dict[str, list[float]] = {m: [] for m in modes}
             print(f"hooks: {a.jobs} jobs per drain, {a.rounds} rounds; {load()}")
-            for _ in range(a.rounds):
-                for m in modes:
-                    rates[m].append(await drain(server.url, m, a.jobs))
+            for i in range(a.rounds):
+                for m in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate the order
+                    rate, cpu = await drain(server.url, m, a.jobs)
+                    rates[m].append(rate)
+                    cpus[m].append(cpu)
             base = statistics.median(rates[modes[0]])
+            base_cpu = statistics.median(cpus[modes[0]])
             for m in modes:
-                med = statistics.median(rates[m])
+                med, cpu = statistics.median(rates[m]), statistics.median(cpus[m])
                 print(
-                    f"  {m:6} {med:9,.0f} jobs/s  ratio {med / base:.3f}"
+                    f"  {m:6} {med:9,.0f} jobs/s  ratio {med / base:.3f}   consumer CPU"
+                    f" {cpu:6.1f} us/job  ratio {cpu / base_cpu:.3f}"
                     f"  (rounds: {', '.join(f'{r:,.0f}' for r in rates[m])})"
                 )
             print(f"  {load()}")
