@@ -15,8 +15,8 @@
   KEYS[3]  lane     zset     the lane's pending jobs (score 0, mint order)
   KEYS[4]  seq      string   sequence counter of (lane, scope); unused when ARGV[7] = 0
   KEYS[5]  dedup    hash     {job, fp, seq} of a dedup key; unused when ARGV[11] = ''
-  KEYS[6]  rate     hash     {tokens, ts} token bucket of the rate subject; unused when
-                             ARGV[13] = 0. Absent = a full bucket (it expires once refilled)
+  KEYS[6]  rate     hash     {tokens, ts} token bucket of the rate subject (include/bucket.lua);
+                             unused when ARGV[13] = 0. Absent = a full bucket
 
   ARGV[1]  job id
   ARGV[2]  lane name
@@ -46,6 +46,7 @@
            {-4, retry_ms}   rate limited, a token is due in retry_ms: nothing changed
 ]]
 --@include common
+--@include bucket
 
 local id, lane = ARGV[1], ARGV[2]
 local jk = KEYS[2]
@@ -73,14 +74,10 @@ end
 local rate, burst = tonumber(ARGV[13]), tonumber(ARGV[14])
 local tokens = 0
 if rate > 0 then
-  local bucket = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
-  tokens = burst
-  if bucket[1] then
-    local elapsed = math.max(0, now - tonumber(bucket[2]))  -- a clock step back refills nothing
-    tokens = math.min(burst, tonumber(bucket[1]) + elapsed * rate / 1000)
-  end
-  if tokens < 1 then
-    return {-4, math.max(1, math.ceil((1 - tokens) * 1000 / rate))}
+  local retry_ms
+  tokens, retry_ms = bucket_peek(KEYS[6], rate, burst, now)
+  if retry_ms > 0 then
+    return {-4, retry_ms}
   end
 end
 
@@ -93,10 +90,7 @@ end
 
 -- All checks passed; writes start here.
 if rate > 0 then
-  tokens = tokens - 1
-  redis.call('HSET', KEYS[6], 'tokens', tostring(tokens), 'ts', now)
-  -- gone once full again: an idle subject leaves nothing behind
-  redis.call('PEXPIRE', KEYS[6], math.max(1, math.ceil((burst - tokens) * 1000 / rate)))
+  bucket_take(KEYS[6], tokens, rate, burst, now)
 end
 local seq = -1
 if ARGV[7] == '1' then

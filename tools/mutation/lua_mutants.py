@@ -260,7 +260,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "", REAP + ("tests/echomq/test_consumer.py",),
       "an extended lease still expires at the old deadline in the reaper's view"),
     # -- admission -----------------------------------------------------------------------
-    M("rate-off-by-one", "admission", "lane_enqueue.lua",
+    M("rate-off-by-one", "admission", "include/bucket.lua",
       "if tokens < 1 then",
       "if tokens < 0 then", ADMISSION,
       "a rate-limited subject gets one more job than its burst"),
