@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import echomq
 from codemojex.errors import RateLimited, retry_after_s
 
 __all__ = ["BucketMirror", "TokenBuckets", "address_key"]
@@ -56,7 +57,7 @@ def address_key(host: str | None) -> str:
     return key
 
 
-_TAKE_TOKEN = (Path(__file__).with_name("lua") / "take_token.lua").read_text()
+_TAKE_TOKEN = echomq.Script.from_file(Path(__file__).with_name("lua") / "take_token.lua")
 
 
 class TokenBuckets:
@@ -70,7 +71,7 @@ class TokenBuckets:
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.detail = detail
-        self._take = conn.register_script(_TAKE_TOKEN)
+        self._conn = conn
 
     def key(self, subject: str) -> str:
         return f"cmx:bucket:{self.name}:{subject}"
@@ -78,8 +79,8 @@ class TokenBuckets:
     async def take(self, subject: str) -> None:
         if not self.rate_per_s:
             return
-        taken, retry_ms = await self._take(
-            keys=[self.key(subject)], args=[self.rate_per_s, self.burst]
+        taken, retry_ms = await _TAKE_TOKEN.run(
+            self._conn, [self.key(subject)], [self.rate_per_s, self.burst]
         )
         if not int(taken):
             raise RateLimited(retry_after_s(int(retry_ms)), self.detail)

@@ -2,9 +2,9 @@
 
 When a round opens, a delayed EchoMQ job is enqueued on the ``rounds`` queue, due at its
 close. Whichever worker claims that job swaps the current round for a new one with a
-compare-and-set script (``lua/open_round.lua``), so however many web and worker
-processes run — and however often the close job is delivered — exactly one round
-follows each close. A crash between the swap and enqueueing the next close job heals
+compare-and-set script (``lua/open_round.lua``, run by :class:`echomq.Script`), so however
+many web and worker processes run — and however often the close job is delivered — exactly
+one round follows each close. A crash between the swap and enqueueing the next close job heals
 itself: the redelivered close job (or :meth:`Rounds.ensure`) finds the successor
 already open and enqueues its close job, idempotently by its pre-minted id.
 """
@@ -29,7 +29,7 @@ KEY_CURRENT = "cmx:{rounds}:current"
 # now rather than a back-dated one that would already be over (no catch-up).
 DOWNTIME_TOLERANCE_MS = 5_000
 
-_OPEN_ROUND = (Path(__file__).with_name("lua") / "open_round.lua").read_text()
+_OPEN_ROUND = echomq.Script.from_file(Path(__file__).with_name("lua") / "open_round.lua")
 
 
 def round_key(round_id: str) -> str:
@@ -103,7 +103,6 @@ class Rounds:
         self.engine = engine
         self.config = config
         self.queue = echomq.Queue(conn, "rounds")
-        self._open_round = conn.register_script(_OPEN_ROUND)
         self._cache: dict[str, RoundInfo] = {}  # rounds never change once opened
 
     async def current(self) -> RoundInfo | None:
@@ -151,9 +150,10 @@ class Rounds:
     async def _open(self, expected: str) -> None:
         cfg = self.config
         round_id = echomq.branded("RND")
-        reply = await self._open_round(
-            keys=[KEY_CURRENT, round_key(round_id), round_key(expected or round_id)],
-            args=[
+        reply = await _OPEN_ROUND.run(
+            self.conn,
+            [KEY_CURRENT, round_key(round_id), round_key(expected or round_id)],
+            [
                 expected,
                 round_id,
                 cfg.length,

@@ -71,6 +71,7 @@ from .lanes import Dedup
 from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .registry import WorkerRecord
+from .scripts import Script
 from .settings import Settings
 from .types import Claim, ClaimBatch, Enqueued, Event, JobInfo, QueueStats, Token, WorkerInfo
 
@@ -105,6 +106,7 @@ __all__ = [
     "QueueStats",
     "RateLimited",
     "Retry",
+    "Script",
     "ServerError",
     "Settings",
     "Tail",

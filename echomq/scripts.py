@@ -5,12 +5,17 @@ Each transition is one file under ``lua/``. A line ``--@include name`` splices i
 self-contained script per transition. After a server restart empties the script cache,
 the first EVALSHA answers NOSCRIPT and the call is re-sent as EVAL, which also caches
 the script again: callers never see the difference.
+
+An application's own scripts go through the same loader: :meth:`Script.from_file` reads
+one (its ``--@include`` lines may name echomq's helpers, e.g. ``bucket``, the token
+bucket its rate limits keep) and :meth:`Script.run` runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,33 +24,76 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 _LUA = Path(__file__).with_name("lua")
+_INCLUDE = _LUA / "include"
+_DIRECTIVE = "--@include "
 
 Arg = str | bytes | int | float
 
 
 @dataclass(frozen=True, slots=True)
 class Script:
+    """One Lua script as the server sees it: its ``--@include`` lines spliced in.
+
+    Attributes:
+        name: the file's stem (``take_token`` for ``take_token.lua``).
+        source: the text sent by EVAL, includes spliced.
+        sha: its SHA1, what EVALSHA names it by.
+    """
+
     name: str
     source: str
     sha: str
 
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, includes: Sequence[str | os.PathLike[str]] = ()
+    ) -> Script:
+        """Read the script at ``path``, splicing each ``--@include name`` line.
 
-def _read(name: str) -> str:
+        ``name.lua`` is looked for in each of ``includes`` (directories) in turn, then
+        in echomq's own ``lua/include/`` (``common``, ``pulse``, ``bucket``). Includes do
+        not nest. An include found nowhere raises :class:`FileNotFoundError` here, at
+        load, not at the first call.
+
+        Args:
+            path: the ``.lua`` file.
+            includes: directories of the application's own helpers, searched first.
+        """
+        path = Path(path)
+        dirs = [*(Path(d) for d in includes), _INCLUDE]
+        source = _splice(path, dirs)
+        return cls(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
+
+    async def run(self, conn: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """The script's reply: EVALSHA on ``conn`` (a ``redis.asyncio.Redis`` or
+        ``RedisCluster``, which routes by ``keys``), re-sent as EVAL when the server
+        answers NOSCRIPT (a restart emptied its script cache)."""
+        return await _eval(conn, self, keys, args)
+
+
+def _splice(path: Path, dirs: Sequence[Path]) -> str:
     lines = []
-    for line in (_LUA / f"{name}.lua").read_text().splitlines():
-        if line.startswith("--@include "):
-            lines.append((_LUA / "include" / f"{line.split()[1]}.lua").read_text())
+    for line in path.read_text().splitlines():
+        if line.startswith(_DIRECTIVE):
+            name = line.split()[1]
+            found = next((d / f"{name}.lua" for d in dirs if (d / f"{name}.lua").is_file()), None)
+            if found is None:
+                raise FileNotFoundError(f"{path}: --@include {name}: no {name}.lua in {dirs}")
+            lines.append(found.read_text())
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
 
 
 def _load_all() -> dict[str, Script]:
-    out = {}
-    for path in sorted(_LUA.glob("*.lua")):
-        source = _read(path.stem)
-        out[path.stem] = Script(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
-    return out
+    return {path.stem: Script.from_file(path) for path in sorted(_LUA.glob("*.lua"))}
+
+
+async def _eval(conn: Any, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    try:
+        return await conn.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        return await conn.eval(script.source, len(keys), *keys, *args)
 
 
 SCRIPTS: dict[str, Script] = _load_all()
@@ -68,11 +116,7 @@ class Runner:
         return keys if self.fence is None else [*keys, self.fence]
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        keys = self._keys(keys)
-        try:
-            return await self.conn.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await self.conn.eval(script.source, len(keys), *keys, *args)
+        return await _eval(self.conn, script, self._keys(keys), args)
 
     async def run_replicated(
         self,

@@ -73,6 +73,12 @@ REAPER_LOCK = (
     "tests/echomq/test_reaper_lock.py::test_one_reaper_holds_the_lock_until_it_stops_or_lapses",
 )
 ADMISSION = ("tests/echomq/test_admission.py", "tests/echomq/test_transitions.py")
+# The token bucket include: lane_enqueue's rate limit and the game's take_token share it.
+BUCKET = (
+    "tests/echomq/test_scripts.py",
+    "tests/echomq/test_admission.py",
+    "tests/web/test_admission_players.py",
+)
 
 
 @dataclass(frozen=True)
@@ -264,6 +270,18 @@ MUTATIONS: tuple[Mutation, ...] = (
       "if tokens < 1 then",
       "if tokens < 0 then", ADMISSION,
       "a rate-limited subject gets one more job than its burst"),
+    M("bucket-no-refill", "admission", "include/bucket.lua",
+      "tonumber(b[1]) + math.max(0, now - ts) * rate / 1000",
+      "tonumber(b[1])", BUCKET,
+      "a spent bucket never refills until its key expires: a subject waits out the whole burst"),
+    M("bucket-take-spends-nothing", "admission", "include/bucket.lua",
+      "redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', now)",
+      "", BUCKET,
+      "a take writes no level: the rate limit admits everything"),
+    M("bucket-old-layout-unread", "admission", "include/bucket.lua",
+      "local ts = tonumber(b[2] or b[3] or '') or now",
+      "local ts = tonumber(b[2] or '') or now", BUCKET,
+      "after an upgrade, a bucket in take_token's old layout refills nothing until it expires"),
     M("deadline-ignored", "admission", "lane_enqueue.lua",
       "if deadline > 0 and now >= deadline then",
       "if false then", ADMISSION,

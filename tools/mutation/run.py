@@ -130,6 +130,7 @@ GROUPS: dict[str, Group] = {
             "tests/echomq/test_call_edges.py",
             "tests/echomq/test_backoff_edges.py",
             "tests/echomq/test_reap_ownership.py",
+            "tests/echomq/test_scripts.py",
         ),
         "fencing, backoff and lane order as the client calls them",
         (  # the fenced calls, the backoff's arguments, the claims' order, the reaper
