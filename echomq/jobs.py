@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import checks
 from .codec import dumps, text
-from .errors import InvalidState, JobNotFound
+from .codes import refuse
 from .ids import job_id as mint_job_id
 from .scripts import SCRIPTS, Call
 from .types import Claim, ClaimBatch, FailOutcome, JobInfo, lease_of
@@ -237,7 +237,7 @@ class Jobs:
         code = await self._run(
             SCRIPTS["retry_dead"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
         )
-        self._check(job_id, int(code), "dead")
+        refuse("retry_dead", int(code), {"job_id": job_id})
 
     async def discard(self, job_id: str) -> None:
         """Delete a dead job for good."""
@@ -245,14 +245,7 @@ class Jobs:
         code = await self._run(
             SCRIPTS["discard"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
         )
-        self._check(job_id, int(code), "dead")
-
-    @staticmethod
-    def _check(job_id: str, code: int, wanted: str) -> None:
-        if code == -1:
-            raise JobNotFound(job_id)
-        if code == -2:
-            raise InvalidState(f"{job_id} is not {wanted}")
+        refuse("discard", int(code), {"job_id": job_id})
 
     async def dead(self, limit: int = 100, *, since_ms: int = 0, offset: int = 0) -> list[JobInfo]:
         """Dead jobs still held in Valkey, oldest death first: at most ``limit`` of those

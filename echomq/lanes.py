@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import checks
 from .codec import dumps, text
-from .errors import DeadlinePassed, DedupConflict, LaneFull, RateLimited
+from .codes import refuse
 from .ids import job_id as mint_job_id
 from .jobs import claim_args, decode_batch, encode_headers
 from .scripts import SCRIPTS
@@ -192,14 +192,17 @@ class Lanes:
             ],
         )
         code = int(reply[0])
-        if code == -1:
-            raise LaneFull(load_subject or lane, int(reply[1]))
-        if code == -2:
-            raise DeadlinePassed(deadline_ms, int(reply[1]))
-        if code == -3:
-            raise DedupConflict(dedup_key, text(reply[1]))
-        if code == -4:
-            raise RateLimited(str(rate_subject), int(reply[1]))
+        refuse(
+            "lane_enqueue",
+            code,
+            {
+                "load_subject": load_subject or lane,
+                "deadline_ms": deadline_ms,
+                "dedup_key": dedup_key,
+                "rate_subject": str(rate_subject),
+            },
+            reply[1],
+        )
         self._q.confirm(text(reply[1]), acked)  # a replay waits for the replicas too
         seq = int(reply[2])
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)

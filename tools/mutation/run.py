@@ -131,6 +131,7 @@ GROUPS: dict[str, Group] = {
             "tests/echomq/test_backoff_edges.py",
             "tests/echomq/test_reap_ownership.py",
             "tests/echomq/test_scripts.py",
+            "tests/echomq/test_codes.py",
         ),
         "fencing, backoff and lane order as the client calls them",
         (  # the fenced calls, the backoff's arguments, the claims' order, the reaper
@@ -140,7 +141,8 @@ GROUPS: dict[str, Group] = {
             "echomq.jobs.xǁJobsǁ_extend_call*",
             "echomq.jobs.xǁJobsǁfail*",
             "echomq.jobs.xǁJobsǁrelease*",
-            "echomq.jobs.xǁJobsǁ_check*",
+            "echomq.codes.xrefuse*",  # the refusal codes -> errors (retry_dead, discard, submit)
+            "echomq.codes.xǁRefusalǁbuild*",
             "echomq.jobs.xǁJobsǁclaim*",
             "echomq.jobs.x_check_claim*",
             "echomq.jobs.x_decode_batch*",

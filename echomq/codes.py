@@ -1,0 +1,77 @@
+"""What the scripts' refusal codes mean: one table, script -> code -> the error raised.
+
+A script that refuses a call changes nothing and answers a negative code, bare or as the
+first element of its reply (each script's header, under ``lua/``, states its replies).
+This module is the one Python home of what those codes mean; the Lua side, as the
+headers state it::
+
+    script        reply             raises          when
+    lane_enqueue  {-1, limit}       LaneFull        the load subject has `limit` unfinished jobs
+    lane_enqueue  {-2, now}         DeadlinePassed  server `now` >= the deadline
+    lane_enqueue  {-3, id}          DedupConflict   the dedup key is bound to job `id` with
+                                                    another fingerprint
+    lane_enqueue  {-4, retry_ms}    RateLimited     the rate subject's bucket is empty; a
+                                                    token is due in `retry_ms`
+    retry_dead    -1                JobNotFound     no such job
+    retry_dead    -2                InvalidState    the job is not dead
+    discard       -1                JobNotFound     no such job
+    discard       -2                InvalidState    the job is not dead
+
+Codes >= 0 are answers, not refusals, and the fenced transitions (complete, fail, extend,
+release) answer "stale" rather than raise: neither is in the table. A builder gets the
+call's own arguments (``at``: what the caller knows, e.g. the job id) and the reply's
+second element (``value``: what the script found).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .codec import text
+from .errors import (
+    DeadlinePassed,
+    DedupConflict,
+    EchoMQError,
+    InvalidState,
+    JobNotFound,
+    LaneFull,
+    RateLimited,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One code's meaning: the error type and the arguments it is built with."""
+
+    error: type[EchoMQError]
+    args: Callable[[Mapping[str, Any], Any], tuple[Any, ...]]
+
+    def build(self, at: Mapping[str, Any], value: Any) -> EchoMQError:
+        return self.error(*self.args(at, value))
+
+
+# retry_dead and discard are operator calls on a dead job: the same two refusals.
+_ON_DEAD: Final[Mapping[int, Refusal]] = {
+    -1: Refusal(JobNotFound, lambda at, _: (at["job_id"],)),
+    -2: Refusal(InvalidState, lambda at, _: (f"{at['job_id']} is not dead",)),
+}
+
+REFUSALS: Final[Mapping[str, Mapping[int, Refusal]]] = {
+    "lane_enqueue": {
+        -1: Refusal(LaneFull, lambda at, v: (at["load_subject"], int(v))),
+        -2: Refusal(DeadlinePassed, lambda at, v: (at["deadline_ms"], int(v))),
+        -3: Refusal(DedupConflict, lambda at, v: (at["dedup_key"], text(v))),
+        -4: Refusal(RateLimited, lambda at, v: (at["rate_subject"], int(v))),
+    },
+    "retry_dead": _ON_DEAD,
+    "discard": _ON_DEAD,
+}
+
+
+def refuse(script: str, code: int, at: Mapping[str, Any], value: Any = None) -> None:
+    """Raise the error ``script``'s ``code`` means; return when the code is no refusal."""
+    refusal = REFUSALS[script].get(code)
+    if refusal is not None:
+        raise refusal.build(at, value)
