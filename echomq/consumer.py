@@ -358,7 +358,7 @@ class Consumer:
         # Claim size now: halved when a claim's reply does not arrive in time.
         self._batch_now = batch
         self._started: dict[_Key, float] = {}  # loop time each running handler started
-        self._lost_signal: dict[_Key, asyncio.Event] = {}
+        self._lost_signal: dict[_Key, Callable[[], None]] = {}
         # Keyed by (job_id, token), not job_id: after a lost lease the same job can come
         # back to this very consumer under a new token while the old attempt unwinds.
         self._held: dict[_Key, Claim] = {}  # claimed and not yet finished: ready or running
@@ -884,34 +884,44 @@ class Consumer:
         when its lease was lost and it did not unwind within a second of the cancel. A
         cancelled handler that does not unwind is left behind: it holds neither its job
         nor its slot."""
+        # One future woken by whichever comes first: the handler's end (a done callback),
+        # its lease lost (_cancel_lost) or its deadline (a timer). This is the hot path of
+        # every job: a task waiting on an Event plus asyncio.wait cost ~3 more loop
+        # callbacks and a task per job.
         loop = asyncio.get_running_loop()
-        deadline = None if self.timeout_ms is None else loop.time() + self.timeout_ms / 1000
-        lost = self._lost_signal.setdefault(key, asyncio.Event())
-        lost_wait = asyncio.ensure_future(lost.wait())
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        task.add_done_callback(wake)
+        self._lost_signal[key] = wake
+        timer = None
+        if self.timeout_ms is not None:
+            timer = loop.call_later(self.timeout_ms / 1000, wake)
+        if key in self._lost:
+            wake()  # lost before this wait began
         try:
-            while not task.done():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    break
-                done, _ = await asyncio.wait(
-                    {task, lost_wait}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-                if lost_wait in done and not task.done():
-                    # Cancelled by the lease keeper (or a stop past its grace).
-                    await asyncio.wait({task}, timeout=_UNWIND_S)
-                    if task.done():
-                        return "done"
-                    log.error("job %s: its handler ignores cancellation; left behind", key[0])
-                    return "abandoned"
+            await woken
         except asyncio.CancelledError:
             task.cancel()  # the slot itself is being stopped: its handler with it
             raise
         finally:
-            lost_wait.cancel()
+            task.remove_done_callback(wake)
+            if timer is not None:
+                timer.cancel()
             self._lost_signal.pop(key, None)
         if task.done():
             return "done"
-        task.cancel()
+        if key in self._lost:
+            # Cancelled by the lease keeper (or a stop past its grace).
+            await asyncio.wait({task}, timeout=_UNWIND_S)
+            if task.done():
+                return "done"
+            log.error("job %s: its handler ignores cancellation; left behind", key[0])
+            return "abandoned"
+        task.cancel()  # past timeout_ms
         await asyncio.wait({task}, timeout=_UNWIND_S)
         if not task.done():
             log.error(
@@ -927,9 +937,9 @@ class Consumer:
         task = self._running.get(key)
         if task is not None:
             task.cancel()  # stop a stale attempt's side effects at once
-        signal_ = self._lost_signal.get(key)
-        if signal_ is not None:
-            signal_.set()
+        wake = self._lost_signal.get(key)
+        if wake is not None:
+            wake()
 
     def _forget(self, claim: Claim) -> None:
         self._held.pop(_key(claim), None)
