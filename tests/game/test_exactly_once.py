@@ -52,6 +52,22 @@ async def wait_until(pred: Any, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def rescue_until_completed(game: Game, config: Config, job_id: str) -> None:
+    """A second worker (in this process) runs until ``job_id`` is completed: the rescue of
+    a job its first holder died with."""
+    task = asyncio.create_task(run_worker(config, "WRK_rescuer"))
+    try:
+
+        async def done() -> bool:
+            i = await game.queue.jobs.get(job_id)
+            return i is not None and i.state == "completed"
+
+        await wait_until(done)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def consume_until_completed(
     game: Game, handler: echomq.Handler, jobs: list[str], worker_id: str, concurrency: int
 ) -> None:
@@ -108,17 +124,7 @@ async def test_worker_killed_after_commit_before_complete(game: Game, config: Co
     info = await game.queue.jobs.get(acc.job_id)
     assert info is not None and info.state == "active"
 
-    task = asyncio.create_task(run_worker(config, "WRK_rescuer"))
-    try:
-
-        async def done() -> bool:
-            i = await game.queue.jobs.get(acc.job_id)
-            return i is not None and i.state == "completed"
-
-        await wait_until(done)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await rescue_until_completed(game, config, acc.job_id)
     assert await count_scores(game, acc.job_id) == 1
     board = await game.leaderboard()
     assert [(p["player_id"], p["points"]) for p in board] == [(player, 110)]

@@ -14,8 +14,8 @@ from pathlib import Path
 from codemojex import crashpoints
 from codemojex.config import Config
 from codemojex.game import Game
-from codemojex.worker import _fault_hooks, run_worker
-from tests.game.test_exactly_once import count_scores, new_players, wait_until
+from codemojex.worker import _fault_hooks
+from tests.game.test_exactly_once import count_scores, new_players, rescue_until_completed
 
 ROOT = Path(__file__).parents[2]
 
@@ -61,15 +61,5 @@ async def test_a_worker_dies_mid_extend_and_its_guess_is_scored_once(
     assert info is not None and info.state == "active"  # it died holding the job
     assert await count_scores(game, acc.job_id) == 0
 
-    task = asyncio.create_task(run_worker(config, "WRK_rescuer"))
-    try:
-
-        async def done() -> bool:
-            i = await game.queue.jobs.get(acc.job_id)
-            return i is not None and i.state == "completed"
-
-        await wait_until(done)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await rescue_until_completed(game, config, acc.job_id)
     assert await count_scores(game, acc.job_id) == 1
