@@ -122,7 +122,7 @@ def create_app(config: Config) -> Starlette:
         game = Game.connect(config)
         hub = Hub(game, meters)
         hub.start()
-        app.state.services = Services(config, game, hub, meters, admin_token)
+        app.state.services = Services(config, game, hub, meters, admin_token, gate)
         app.state.door = gate
         try:
             yield

@@ -47,8 +47,8 @@ import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -57,7 +57,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemojex.admission import address_key
 
-__all__ = ["LIGHT_RATE", "Door", "FlowRates", "Gate", "GateCollector"]
+__all__ = [
+    "LIGHT_RATE",
+    "Door",
+    "FlowRates",
+    "Gate",
+    "GateCollector",
+    "Shed",
+    "hold_refusal",
+    "through",
+]
 
 # A request weighs its player's recent rate plus its address's over this many: a classroom
 # behind one NAT (many players, each at an honest pace) stays light, while an address that
@@ -86,6 +95,7 @@ LIGHT_RATE = 10.0
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
+T = TypeVar("T")
 
 
 class FlowRates:
@@ -207,15 +217,6 @@ def _overloaded(detail: str) -> tuple[Message, Message]:
         ],
     }
     return start, {"type": "http.response.body", "body": body}
-
-
-_BUSY = _overloaded(
-    f"this server is busy and served lighter senders first; try again in {RETRY_AFTER_S} s"
-)
-_ADDRESS = _overloaded(
-    "too many requests in flight from your address; wait for their answers, "
-    f"then try again in {RETRY_AFTER_S} s"
-)
 
 
 def _authorization(scope: Scope) -> str | None:
@@ -397,6 +398,103 @@ class Gate:
                 heapq.heapify(heap)
 
 
+class Shed:
+    """The door's refusal: ``503 overloaded`` (over HTTP) or an ``overloaded`` error frame
+    (over the socket), with why."""
+
+    __slots__ = ("answer", "detail", "reason")
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason  # busy (the queue shed it) or address (its address's bound)
+        self.detail = detail
+        self.answer = _overloaded(detail)
+
+
+BUSY = Shed(
+    "busy",
+    f"this server is busy and served lighter senders first; try again in {RETRY_AFTER_S} s",
+)
+ADDRESS = Shed(
+    "address",
+    "too many requests in flight from your address; wait for their answers, "
+    f"then try again in {RETRY_AFTER_S} s",
+)
+
+
+async def through(
+    gate: Gate,
+    address: str,
+    token: str | None,
+    work: Callable[[], Awaitable[T]],
+    *,
+    now: float,
+    bypass: Callable[[], bool] | None = None,
+    guess: bool = False,
+) -> T | Shed:
+    """``work()`` once the door lets it in, else the :class:`Shed` that says why not: the
+    one way in for an API request (:class:`Door`) and a socket's guess frame
+    (:mod:`web.ws`), so a guess weighs, waits and is shed alike whichever way it came.
+    A refusal returns no sooner than :data:`MIN_REFUSAL_S` after ``now`` (its arrival),
+    its token still counted at the door meanwhile.
+    ``bypass()``: True for work answered without backend work (the bucket mirror refuses
+    its player), which skips the queue. ``guess``: its time in the slot feeds the
+    adaptive bound."""
+    weight = gate.addresses.hit(address, now) / ADDRESS_SHARE
+    tokens = gate.tokens_at_door
+    if token is not None:
+        # its recent rate, and as many again for each of its requests already here: a
+        # masher's eight at once weigh from the second, an honest player's one never;
+        # a token not seen lately is not known to be light (200 new mashers at once
+        # would otherwise all be new flows, first in line)
+        new = 0.0 if token in gate.players else gate.light_rate
+        weight += gate.players.hit(token, now) + tokens.get(token, 0) + new
+        tokens[token] = tokens.get(token, 0) + 1
+    at_door = gate.at_door
+    try:
+        held = at_door.get(address, 0)
+        if gate.address_limit and held >= gate.address_limit:
+            gate.counts["shed_address"] += 1
+            await hold_refusal(gate, now)
+            return ADDRESS
+        at_door[address] = held + 1
+        try:
+            if bypass is not None and bypass():
+                gate.counts["bypassed"] += 1
+                return await work()
+            if not await gate.enter(weight):
+                await hold_refusal(gate, now)
+                return BUSY
+            began = gate.clock()
+            try:
+                return await work()
+            finally:
+                took = gate.clock() - began
+                if guess:
+                    gate.timed(took)
+                gate.leave(gate.idle_after(took) if weight > gate.light_rate else 0.0)
+        finally:
+            left = at_door[address] - 1
+            if left:
+                at_door[address] = left
+            else:
+                del at_door[address]
+    finally:
+        if token is not None:
+            left = tokens[token] - 1
+            if left:
+                tokens[token] = left
+            else:
+                del tokens[token]
+
+
+async def hold_refusal(gate: Gate, arrived: float) -> None:
+    """Keep a refusal until :data:`MIN_REFUSAL_S` after its request arrived: a client that
+    retries without waiting gains nothing by it (a held refusal is a timer, not work)."""
+    hold = MIN_REFUSAL_S - (gate.clock() - arrived)
+    if hold > 0:
+        await asyncio.sleep(hold)
+
+
 class Door:
     """ASGI middleware over a :class:`Gate` (see the module docstring). ``peek(scope,
     token)``: True for a guess that will be answered without backend work (the bucket
@@ -416,79 +514,27 @@ class Door:
         client = scope.get("client")
         address = address_key(client[0] if client else "")
         token = _authorization(scope)
-        weight = gate.addresses.hit(address, now) / ADDRESS_SHARE
-        tokens = gate.tokens_at_door
-        if token is not None:
-            # its recent rate, and as many again for each of its requests already here: a
-            # masher's eight at once weigh from the second, an honest player's one never;
-            # a token not seen lately is not known to be light (200 new mashers at once
-            # would otherwise all be new flows, first in line)
-            new = 0.0 if token in gate.players else gate.light_rate
-            weight += gate.players.hit(token, now) + tokens.get(token, 0) + new
-            tokens[token] = tokens.get(token, 0) + 1
-        try:
-            await self._admit(scope, receive, send, gate, address, weight, token, now)
-        finally:
-            if token is not None:
-                left = tokens[token] - 1
-                if left:
-                    tokens[token] = left
-                else:
-                    del tokens[token]
+        post = scope["method"] == "POST"
+        peek = self.peek
+        bypass = None
+        if token is not None and peek is not None and post:
 
-    async def _admit(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        gate: Gate,
-        address: str,
-        weight: float,
-        token: str | None,
-        now: float,
-    ) -> None:
-        at_door = gate.at_door
-        held = at_door.get(address, 0)
-        if gate.address_limit and held >= gate.address_limit:
-            gate.counts["shed_address"] += 1
-            await self._refuse(_ADDRESS, now, send)
-            return
-        at_door[address] = held + 1
-        try:
-            if (
-                token is not None
-                and self.peek is not None
-                and scope["method"] == "POST"
-                and self.peek(scope, token)
-            ):
-                gate.counts["bypassed"] += 1
-                await self.app(scope, receive, send)
-                return
-            if not await gate.enter(weight):
-                await self._refuse(_BUSY, now, send)
-                return
-            began = gate.clock()
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                took = gate.clock() - began
-                if scope["method"] == "POST" and scope["path"] == "/api/guesses":
-                    gate.timed(took)
-                gate.leave(gate.idle_after(took) if weight > gate.light_rate else 0.0)
-        finally:
-            left = at_door[address] - 1
-            if left:
-                at_door[address] = left
-            else:
-                del at_door[address]
+            def bypass() -> bool:
+                return peek(scope, token)
 
-    async def _refuse(self, answer: tuple[Message, Message], arrived: float, send: Send) -> None:
-        hold = MIN_REFUSAL_S - (self.gate.clock() - arrived)
-        if hold > 0:
-            await asyncio.sleep(hold)
-        start, body = answer
-        await send({**start, "headers": list(start["headers"])})
-        await send(body)
+        shed = await through(
+            gate,
+            address,
+            token,
+            lambda: self.app(scope, receive, send),
+            now=now,
+            bypass=bypass,
+            guess=post and scope["path"] == "/api/guesses",
+        )
+        if isinstance(shed, Shed):
+            start, body = shed.answer
+            await send({**start, "headers": list(start["headers"])})
+            await send(body)
 
 
 class GateCollector(Collector):

@@ -14,6 +14,7 @@ from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Game
 from codemojex.guesses import Accepted
+from web.door import Gate
 from web.errors import BACKEND_ERRORS
 from web.hub import Hub
 from web.metrics import Metrics
@@ -26,6 +27,7 @@ class Services:
     hub: Hub
     metrics: Metrics
     admin_token: str
+    door: Gate | None = None  # the door's gate: a socket's guesses go through it too
 
     async def player(self, token: str | None) -> store.Player:
         """The player owning ``token``, else :class:`Unauthorized` (401)."""

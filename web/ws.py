@@ -37,6 +37,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from codemojex import store
 from codemojex.admission import address_key
 from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
+from codemojex.guesses import Accepted
+from web.door import RETRY_AFTER_S as DOOR_RETRY_AFTER_S
+from web.door import Shed, through
 from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
@@ -157,7 +160,7 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         return
     conn = services.hub.join(player.player_id, sink, address)
     try:
-        code = await _session(websocket, services, player, conn)
+        code = await _session(websocket, services, player, conn, token or "")
     except WebSocketDisconnect:
         return
     except Exception as exc:  # never let the server answer 1011
@@ -179,7 +182,7 @@ async def _close(websocket: WebSocket, code: int) -> None:
 
 
 async def _session(
-    websocket: WebSocket, services: Services, player: store.Player, conn: Connection
+    websocket: WebSocket, services: Services, player: store.Player, conn: Connection, token: str
 ) -> int | None:
     """Greet, then read until the client leaves or is closed; returns the close code to
     send (None: nothing more to send)."""
@@ -187,7 +190,7 @@ async def _session(
         await _greet(websocket, services, player, conn)
     conn.greeted()
     try:
-        await _read(websocket, services, player, conn)
+        await _read(websocket, services, player, conn, token)
     except _Done as done:
         return None if conn.evicted else done.code
     return None
@@ -227,7 +230,7 @@ async def _drained(conn: Connection) -> None:
 
 
 async def _read(
-    websocket: WebSocket, services: Services, player: store.Player, conn: Connection
+    websocket: WebSocket, services: Services, player: store.Player, conn: Connection, token: str
 ) -> None:
     while True:
         message = await websocket.receive()
@@ -243,13 +246,22 @@ async def _read(
             or len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES
         ):
             raise _Done(CLOSE_TOO_BIG)
-        reply = await _answer(text, services, player)
+        reply = await _answer(text, services, player, token, conn.address)
         if reply is not None:
             services.hub.offer(conn, Outgoing.of(reply))
 
 
-async def _answer(text: str, services: Services, player: store.Player) -> dict[str, Any] | None:
-    """The reply to one client frame (None: nothing to say)."""
+async def _answer(
+    text: str, services: Services, player: store.Player, token: str, address: str
+) -> dict[str, Any] | None:
+    """The reply to one client frame (None: nothing to say).
+
+    A guess goes through the same door as ``POST /api/guesses`` (:func:`web.door.through`:
+    weighed by its token's rate and its address's, lightest first, the heaviest shed), or
+    a socket would be a way around it for a masher. Shed, it is answered with an
+    ``overloaded`` error frame and ``retry_after``, no sooner than a second after it came:
+    the socket's frames are read one at a time, so a client that resends at once only
+    slows its own socket."""
     client_id: str | None = None
     try:
         body = parse_json_object(text)
@@ -266,10 +278,35 @@ async def _answer(text: str, services: Services, player: store.Player) -> dict[s
         except InvalidBody as exc:
             services.count(exc.code)
             raise
-        async with asyncio.timeout(BACKEND_TIMEOUT_S):
-            # client_id doubles as the Idempotency-Key: a page that resends a guess over
-            # HTTP after its socket dropped (same key) can never have it counted twice.
-            accepted = await services.accept_guess(player.player_id, round_id, guess, client_id)
+
+        async def submit() -> Accepted:
+            async with asyncio.timeout(BACKEND_TIMEOUT_S):
+                # client_id doubles as the Idempotency-Key: a page that resends a guess over
+                # HTTP after its socket dropped (same key) can never have it counted twice.
+                return await services.accept_guess(player.player_id, round_id, guess, client_id)
+
+        gate = services.door
+        if gate is None:
+            accepted = await submit()
+        else:
+            outcome = await through(
+                gate,
+                address,
+                token,
+                submit,
+                now=gate.clock(),
+                bypass=lambda: services.refused_locally(token),
+                guess=True,
+            )
+            if isinstance(outcome, Shed):
+                return {
+                    "type": "error",
+                    "client_id": client_id,
+                    "error": "overloaded",
+                    "detail": outcome.detail,
+                    "retry_after": DOOR_RETRY_AFTER_S,
+                }
+            accepted = outcome
     except CodemojexError as exc:
         out: dict[str, Any] = {"type": "error", "client_id": client_id, **exc.body()}
         retry = exc.headers().get("Retry-After")
