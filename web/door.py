@@ -30,6 +30,12 @@ Envoy's adaptive concurrency) do together:
   heaviest senders', which are never the lightest waiting. When :data:`MAX_WAITING` wait,
   the heaviest is shed at once to make room (the newcomer itself if it is the heaviest).
   Shed: ``503 overloaded`` with ``Retry-After``.
+* **An address's share under overload.** While the door is overloaded (the adaptive bound
+  below the configured one, or requests waiting), an address's heavy requests are admitted
+  at most at :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE` of its light ones; past
+  that they are shed at once. An address's heavy work is what costs the honest players
+  even when each heavy request is admitted after theirs: every accepted guess is scored by
+  the workers on the same cores.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
   working or waiting (``--address-in-flight``); more are refused ``503 overloaded``.
 * **Refusals that cost little.** A guess from a player the bucket mirror already refuses
@@ -92,6 +98,14 @@ MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty 
 # is not (its rate and its requests at the door add up past 10). The game's own per-player
 # rate is 10 guesses a second. A token not seen lately weighs this much.
 LIGHT_RATE = 10.0
+# While the door is overloaded (its adaptive bound below the configured one, or requests
+# waiting), an address's heavy requests are admitted at most at LIGHT_RATE a second plus
+# this share of its light ones: what the mashers of one address are let in is one honest
+# pace, not ten of them (10 mashers at the game's rate each were 100 accepted guesses a
+# second, each scored by the workers on the same two cores as the honest players' own),
+# while an address of many honest players whose bursts tip a few of them heavy keeps a
+# share in proportion to what it sends lightly (bench_game's 1,000/s from 200 players).
+HEAVY_SHARE = 0.25
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
@@ -261,6 +275,9 @@ class Gate:
         self.clock = clock
         self.players = FlowRates()
         self.addresses = FlowRates()
+        # admissions per address, light and heavy apart: the address share under overload
+        self.light_in = FlowRates()
+        self.heavy_in = FlowRates()
         self.working = 0
         self.resting = 0  # slots resting after a heavy request (the duty cycle)
         self.waiting = 0
@@ -278,6 +295,20 @@ class Gate:
             value = self.gradient.sample(seconds, self.clock(), self.working)
             self.limit = max(1, int(value))
             self.duty = min(1.0, value)
+
+    @property
+    def overloaded(self) -> bool:
+        """The adaptive bound is below the configured one, or requests wait for it."""
+        return self.limit < self.max_limit or self.waiting > 0
+
+    def over_share(self, address: str, now: float) -> bool:
+        """Whether a heavy request of ``address`` is past its address's share now: while
+        the door is overloaded, heavy admissions of one address are bounded by
+        :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE` of its light ones."""
+        if not self.max_limit or not self.overloaded:
+            return False
+        allowed = self.light_rate + HEAVY_SHARE * self.light_in.rate(address, now)
+        return self.heavy_in.rate(address, now) >= allowed
 
     def idle_after(self, seconds: float) -> float:
         """How long a slot should idle after a heavy request of ``seconds`` (duty cycle)."""
@@ -461,9 +492,15 @@ async def through(
             if bypass is not None and bypass():
                 gate.counts["bypassed"] += 1
                 return await work()
+            heavy = weight > gate.light_rate
+            if heavy and gate.over_share(address, now):
+                gate.counts["shed_share"] += 1
+                await hold_refusal(gate, now)
+                return BUSY
             if not await gate.enter(weight):
                 await hold_refusal(gate, now)
                 return BUSY
+            (gate.heavy_in if heavy else gate.light_in).hit(address, gate.clock())
             began = gate.clock()
             try:
                 return await work()
@@ -471,7 +508,7 @@ async def through(
                 took = gate.clock() - began
                 if guess:
                     gate.timed(took)
-                gate.leave(gate.idle_after(took) if weight > gate.light_rate else 0.0)
+                gate.leave(gate.idle_after(took) if heavy else 0.0)
         finally:
             left = at_door[address] - 1
             if left:
@@ -548,11 +585,19 @@ class GateCollector(Collector):
         outcomes = CounterMetricFamily(
             "codemojex_door_requests",
             "API requests by what the door did: admitted (at once or after queueing), "
-            "bypassed (a refusal known without Valkey), shed_wait / shed_full / shed_address "
-            "(503 overloaded)",
+            "bypassed (a refusal known without Valkey), shed_wait / shed_full / shed_share / "
+            "shed_address (503 overloaded)",
             labels=["outcome"],
         )
-        for outcome in ("admitted", "queued", "bypassed", "shed_wait", "shed_full", "shed_address"):
+        for outcome in (
+            "admitted",
+            "queued",
+            "bypassed",
+            "shed_wait",
+            "shed_full",
+            "shed_share",
+            "shed_address",
+        ):
             outcomes.add_metric([outcome], gate.counts.get(outcome, 0))
         yield outcomes
         now = GaugeMetricFamily(

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from codemojex.admission import BucketMirror, address_key
-from web.door import MAX_WAITING, FlowRates, Gate
+from web.door import LIGHT_RATE, MAX_WAITING, FlowRates, Gate, Shed, through
 
 
 class Clock:
@@ -253,3 +253,43 @@ async def test_light_requests_may_hold_twice_the_bound_heavy_ones_not() -> None:
     assert await gate.enter(20.0) is False  # a heavy sender waits for the bound, and is shed
     release.set()
     assert all(await asyncio.gather(*light))
+
+
+async def test_under_overload_an_address_heavy_admissions_keep_to_its_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
+    clock = Clock()
+    gate = Gate(limit=4, wait_ms=50, address_limit=0, clock=clock)
+
+    async def work() -> str:
+        return "served"
+
+    async def masher(address: str = "10.0.0.2") -> object:
+        clock.t += 0.01
+        return await through(gate, address, "masher", work, now=clock.t)
+
+    # Not overloaded: a sender is let in as fast as it asks (80 in 0.8 s; heavy from the
+    # ~20th, when its rate passes an honest pace).
+    assert [await masher() for _ in range(80)] == ["served"] * 80
+    assert gate.heavy_in.rate("10.0.0.2", clock.t) > LIGHT_RATE
+    # The gradient shrank the bound: that address's heavy requests are past its share ...
+    gate.limit = 2
+    shed = await masher()
+    assert isinstance(shed, Shed) and shed.reason == "busy"
+    assert gate.counts["shed_share"] == 1
+    # ... another address's are not, and an honest pace is never shed for it,
+    assert await through(gate, "10.0.0.3", "newcomer", work, now=clock.t) == "served"
+    clock.t += 5
+    assert await through(gate, "10.0.0.2", "honest", work, now=clock.t) == "served"
+    # ... and the address's share comes back as its heavy rate decays.
+    clock.t += 10
+    assert await masher() == "served"
+    # An address that sends much lightly (an honest crowd) has a share in proportion.
+    for _ in range(400):
+        gate.light_in.hit("10.0.0.4", clock.t)
+    for _ in range(40):
+        gate.heavy_in.hit("10.0.0.4", clock.t)
+    assert not gate.over_share("10.0.0.4", clock.t)
+    assert gate.over_share("10.0.0.5", clock.t) is False  # nothing of its own yet
+    assert (gate.working, gate.waiting, gate.tokens_at_door, gate.at_door) == (0, 0, {}, {})
