@@ -64,6 +64,7 @@ from bench.common import (
     signals_raise_keyboardinterrupt,
     used_memory,
 )
+from codemojex.guesses import guess_payload
 from echomq import Queue, Settings
 from echomq.codec import text
 from echomq.ids import job_id as mint_job_id
@@ -74,13 +75,15 @@ if not console.is_terminal:  # piped or captured: wide enough for the tables, no
     console = Console(width=190)
 
 TRIVIAL = "return 1"
-# The game's own guess payload (codemojex.guesses: player, round, four emojis): 136 bytes
-# of JSON, past Valkey's default hash-max-listpack-value (64).
-PAYLOAD = {
-    "player_id": "PLR_01J9Z3K4WQ8N6V2T5R7X0M1C3E",
-    "round_id": "RND_01J9Z3K0A2B4C6D8E0F2G4H6J8",
-    "guess": ["🍎", "🍎", "🍇", "🍑"],
-}
+# The game's own guess payload as codemojex.guesses builds it for a player's own lane (the
+# round and four emojis; the lane names the player): 83 bytes of JSON, past Valkey's
+# default hash-max-listpack-value (64).
+PAYLOAD = guess_payload(
+    "PLR_01J9Z3K4WQ8N6V2T5R7X0M1C3E",
+    "RND_01J9Z3K0A2B4C6D8E0F2G4H6J8",
+    ["🍎", "🍎", "🍇", "🍑"],
+    fifo=False,
+)
 POLL_S = 0.02  # how often the parent reads q.stats() while a drain runs
 
 

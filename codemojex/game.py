@@ -30,7 +30,7 @@ from codemojex.errors import (
     Unauthorized,
     Unavailable,
 )
-from codemojex.guesses import Accepted, Guesses
+from codemojex.guesses import Accepted, Guesses, player_of
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
 from codemojex.views import (
@@ -232,7 +232,7 @@ class Game:
             score = await store.score_by_job(self.engine, job_id)
         if info is None and score is None:
             raise JobNotFound("no such guess")
-        owner = score.player_id if score else info.payload.get("player_id")  # type: ignore[union-attr]
+        owner = score.player_id if score else player_of(info.payload, info.lane)  # type: ignore[union-attr]
         if owner != player_id:
             raise NotYourGuess("that guess belongs to another player")
         return _guess_view(job_id, info, score)
@@ -264,7 +264,7 @@ class Game:
             )
             if info.state in ("pending", "active", "scheduled")
             and info.payload.get("round_id") == round_id
-            and info.payload.get("player_id") == player_id
+            and player_of(info.payload, info.lane) == player_id
         }
 
     async def leaderboard(self, round_id: str | None = None) -> list[Standing]:

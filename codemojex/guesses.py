@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -49,6 +50,25 @@ FIFO_LANE = "fifo"
 CLOSE_MARGIN_MS = 2_000
 # Idempotency keys this process saw bound, remembered so their retries reach Valkey.
 BOUND_KEYS_KEPT = 100_000
+
+
+def guess_payload(player_id: str, round_id: str, cells: list[str], *, fifo: bool) -> dict[str, Any]:
+    """The job payload of a guess: its round and emojis. The player rides in it only on the
+    one FIFO lane; on a lane of its own the lane already is the player, and repeating it
+    would cost every pending guess 45 bytes of Valkey memory (docs/performance.md)."""
+    payload: dict[str, Any] = {"round_id": round_id, "guess": cells}
+    if fifo:
+        payload["player_id"] = player_id
+    return payload
+
+
+def player_of(payload: Any, lane: str | None) -> str | None:
+    """The player of a guess job: its payload's ``player_id`` (the FIFO lane's jobs, and
+    guesses enqueued before the payload left it out), else its lane, the player's own."""
+    named = payload.get("player_id") if isinstance(payload, dict) else None
+    if named is not None:
+        return str(named)
+    return lane if lane and lane != FIFO_LANE else None
 
 
 def idempotency_key(player_id: str, key: str) -> str:
@@ -94,7 +114,7 @@ class Guesses:
         rnd = await self.rounds.get(round_id)
         if rnd is None:
             raise RoundNotFound("no such round")
-        payload = {"player_id": player_id, "round_id": round_id, "guess": list(cells)}
+        payload = guess_payload(player_id, round_id, list(cells), fifo=self.config.fifo)
         dedup = None
         if idempotency_key_ is not None:
             dedup = echomq.Dedup(

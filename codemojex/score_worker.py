@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import echomq
 from codemojex import store, tracing
 from codemojex.crashpoints import maybe_crash
+from codemojex.guesses import player_of
 from codemojex.rounds import Rounds
 from codemojex.rules import feedback, points_for
 
@@ -108,6 +109,9 @@ class ScoreWorker:
 
     async def _score(self, claim: echomq.Claim) -> dict[str, Any]:
         p = claim.payload
+        player = player_of(p, claim.lane)
+        if player is None:
+            raise LookupError(f"job {claim.job_id} names no player")  # fails -> retried
         with tracing.span("score"):  # no-op unless tracing (codemojex.tracing)
             rnd = await self.rounds.get(p["round_id"])
             if rnd is None:
@@ -121,7 +125,7 @@ class ScoreWorker:
         record = store.ScoreRecord(
             job_id=claim.job_id,
             round_id=rnd.round_id,
-            player_id=p["player_id"],
+            player_id=player,
             seq=seq,
             guess=guess,
             exact=fb.exact,

@@ -260,7 +260,8 @@ def traced(handler: Handler, *, worker_id: str, lease_ms: int) -> Handler:
             "lane": claim.lane or "",
             "attempts": claim.token,
             "worker_id": worker_id,
-            "player_id": str(p.get("player_id", "")),
+            # a guess on its player's own lane leaves the player out of its payload
+            "player_id": str(p.get("player_id") or claim.lane or ""),
             "round_id": str(p.get("round_id", "")),
         }
         claimed_ms = claim.lease_until_ms - lease_ms
