@@ -266,8 +266,8 @@ async def test_on_a_cluster_client_the_park_has_a_connection_of_its_own(
     try:
         for n in range(3):
             await asyncio.sleep(0.3)  # parked by now
-            assert c._park_conn is not None and c._park_conn is not cluster
-            assert isinstance(c._park_conn, redis.asyncio.Redis)
+            assert c._park.conn is not None and c._park.conn is not cluster
+            assert isinstance(c._park.conn, redis.asyncio.Redis)
             c._kick.set()  # what our reaper does after moving jobs: the park is dropped
             await asyncio.sleep(0.1)
             assert await cluster.ping()  # the shared client is untouched

@@ -71,6 +71,22 @@ _RATE_BURST_TEST = (
     "test_the_rate_limit_allows_a_burst_then_refills_on_the_server_clock"
 )
 
+# The Consumer (the orchestrator) and the parts it is built of (issue 23, item 3).
+_CONSUMER = (
+    "consumer.py",
+    "claims.py",
+    "options.py",
+    "leases.py",
+    "outbox.py",
+    "heartbeat.py",
+    "reaper.py",
+    "park.py",
+    "outage.py",
+    "running.py",
+    "trouble.py",
+    "waits.py",
+)
+
 GROUPS: dict[str, Group] = {
     "rules": Group(
         ("codemojex/rules.py",),
@@ -120,7 +136,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "echomq": Group(
-        _rest_of("echomq", "consumer.py", "server.py", "backoff.py"),
+        _rest_of("echomq", *_CONSUMER, "server.py", "backoff.py"),
         (
             "tests/echomq/test_transitions.py",
             "tests/echomq/test_arguments.py",
@@ -159,13 +175,16 @@ GROUPS: dict[str, Group] = {
         "the client-side backoff of every reconnect loop (doubling, cap, jitter)",
     ),
     "consumer": Group(
-        ("echomq/consumer.py",),
+        tuple(f"echomq/{name}" for name in _CONSUMER),
         (
             "tests/echomq/test_consumer.py",
             "tests/echomq/test_consumer_faults.py",
             "tests/echomq/test_reaper_lock.py",
+            "tests/echomq/test_claims.py",
+            "tests/echomq/test_options.py",
+            "tests/echomq/test_consumer_parts.py",
         ),
-        "the consumer loop: claim, extend, complete, release",
+        "the consumer and its parts: claim, extend, complete, release, beat, reap",
     ),
     "server": Group(
         ("echomq/server.py",),

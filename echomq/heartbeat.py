@@ -1,0 +1,79 @@
+"""``Heartbeat``: a consumer's beats into the worker registry, at the busy or idle cadence.
+
+A worker that holds jobs beats every ``heartbeat_ms`` (its registry deadline is the short
+``lapse_ms``: its death is noticed fast); one that holds none beats every
+``idle_heartbeat_ms`` on the long ``idle_lapse_ms``, since nothing waits on its death. A
+claim while idle moves the deadline back to the short lapse on the server, and the
+``busy`` event switches this loop to the busy cadence at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from .options import ConsumerOptions
+from .queue import Queue
+from .trouble import Trouble
+from .waits import pause, wait_any
+
+
+class Heartbeat:
+    """Beats for ``options.worker_id`` on ``queue`` until ``closing`` is set.
+    ``describe()`` is the registry row's fields at each beat; ``holding()`` says whether
+    the consumer holds jobs; ``busy`` is set by the consumer when a beat should come now
+    at the busy cadence (a claim, a dependency's outage beginning or ending)."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        options: ConsumerOptions,
+        describe: Callable[[], dict[str, Any]],
+        holding: Callable[[], bool],
+        closing: asyncio.Event,
+    ) -> None:
+        self.queue = queue
+        self.options = options
+        self.describe = describe
+        self.holding = holding
+        self.closing = closing
+        self.busy = asyncio.Event()
+
+    async def beat(self) -> int:
+        """One beat; returns the lapse the server applied (the short or the idle one)."""
+        o = self.options
+        _, applied = await self.queue.beat(
+            o.worker_id,
+            o.lapse_ms,
+            self.describe(),
+            idle_lapse_ms=o.idle_lapse_ms,
+            gap_ms=o.pulse_gap_ms,
+        )
+        return applied
+
+    async def run(self) -> None:
+        """Beat, start to start, until ``closing`` is set; errors never end the loop."""
+        o = self.options
+        loop = asyncio.get_running_loop()
+        trouble = Trouble("heartbeat")
+        while not self.closing.is_set():
+            started = loop.time()
+            interval = o.heartbeat_ms
+            self.busy.clear()
+            try:
+                applied = await self.beat()
+                trouble.ok()
+                if applied > o.lapse_ms and not self.holding():
+                    interval = o.idle_heartbeat_ms
+            except Exception as e:  # noqa: BLE001 - any error: beat again soon
+                trouble.note(e)
+            left = interval / 1000 * random.uniform(0.8, 1.0) - (loop.time() - started)
+            if interval > o.heartbeat_ms:
+                woken = await wait_any(left, self.closing, self.busy)
+                if self.busy.is_set():
+                    left = o.heartbeat_ms / 1000 * random.uniform(0.8, 1.0) - woken
+                else:
+                    continue
+            await pause(left, self.closing)

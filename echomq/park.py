@@ -1,0 +1,94 @@
+"""``Park``: an idle consumer's wait on the queue's wake key (BLPOP), on a connection of
+its own.
+
+An idle consumer never busy-polls: it blocks on the wake key, which every enqueue (and
+every job that comes due) pushes a token onto, for at most ``park_max_ms`` or until the
+next scheduled due time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio
+
+from .queue import Queue
+from .trouble import Trouble
+
+# Connection settings a cluster node carries that only mean something to a cluster client.
+_CLUSTER_ONLY = (
+    "redis_connect_func",
+    "himport_registry",
+    "response_callbacks",
+    "maint_notifications_config",
+    "event_dispatcher",
+)
+
+
+async def blocking_twin(conn: Any, key: str) -> Any:
+    """A one-connection client to the server that holds ``key``, like ``conn`` but with no
+    socket timeout, for BLPOP: a blocked connection must neither sit in a shared pool nor
+    trip its read timeout, and closing it (a kicked park) must never close ``conn``.
+
+    For a cluster client that is a plain client on the node serving ``key``'s slot (a
+    resharding that moves it shows up as a MOVED error; the park then drops the twin and
+    builds a new one)."""
+    pool = getattr(conn, "connection_pool", None)
+    if pool is not None and hasattr(pool, "connection_kwargs"):
+        kwargs = dict(pool.connection_kwargs, socket_timeout=None)
+        twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
+        return type(conn).from_pool(twin_pool)
+    if hasattr(conn, "get_node_from_key"):
+        if getattr(conn, "_initialize", False):
+            await conn.initialize()
+        node = conn.get_node_from_key(key)
+        kwargs = {k: v for k, v in node.connection_kwargs.items() if k not in _CLUSTER_ONLY}
+        kwargs.update(host=node.host, port=node.port, socket_timeout=None)
+        twin_pool = redis.asyncio.ConnectionPool(
+            connection_class=node.connection_class, max_connections=1, **kwargs
+        )
+        return redis.asyncio.Redis.from_pool(twin_pool)
+    raise TypeError(f"cannot park on a {type(conn).__name__}: no pool and no cluster nodes")
+
+
+Until = Callable[..., Awaitable[bool]]
+
+
+class Park:
+    """The BLPOP on ``queue``'s wake key. ``until(aw, *events)`` awaits ``aw`` unless the
+    consumer stops (or one of ``events`` is set) first: True when ``aw`` finished."""
+
+    def __init__(self, queue: Queue, until: Until) -> None:
+        self.queue = queue
+        self.until = until
+        self.conn: Any = None  # the blocking connection, built on the first park
+        self.trouble = Trouble("park")
+
+    async def wait(self, timeout_ms: int, kick: asyncio.Event) -> None:
+        """Park for up to ``timeout_ms``, or until a token arrives, ``kick`` is set or the
+        consumer stops. Errors are noted and end in a short pause, never an exception."""
+        if kick.is_set():
+            return
+        try:
+            if self.conn is None:
+                self.conn = await blocking_twin(self.queue.conn, self.queue.keys.wake)
+            parked = self.conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
+            if not await self.until(parked, kick):
+                # Stopping or kicked mid-BLPOP: drop the blocked connection (our own, never
+                # the shared one) rather than trust the cancelled read to leave it clean.
+                await self.drop()
+            self.trouble.ok()
+        except Exception as e:  # noqa: BLE001 - any error: claim again after a pause
+            self.trouble.note(e)
+            await self.drop()  # broken, or its node no longer serves the key
+            await self.until(asyncio.sleep(min(1.0, timeout_ms / 1000)))
+
+    async def drop(self) -> None:
+        """Close the blocking connection, if any (the next park builds a new one)."""
+        conn, self.conn = self.conn, None
+        if conn is not None and conn is not self.queue.conn:
+            with contextlib.suppress(Exception):
+                await conn.aclose()
