@@ -31,9 +31,10 @@ Envoy's adaptive concurrency) do together:
   the heaviest is shed at once to make room (the newcomer itself if it is the heaviest).
   Shed: ``503 overloaded`` with ``Retry-After``.
 * **An address's share under overload.** While the door is overloaded (the adaptive bound
-  below the configured one, or requests waiting), an address's heavy requests are admitted
-  at most at :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE` of its light ones; past
-  that they are shed at once. An address's heavy work is what costs the honest players
+  below the configured one, or requests waiting), an address's heavy guesses (over HTTP or
+  the socket) are admitted at most at :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE`
+  of its light ones; past that they are shed at once. Reads are not charged: an accepted
+  guess is what costs the honest players
   even when each heavy request is admitted after theirs: every accepted guess is scored by
   the workers on the same cores.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
@@ -106,6 +107,7 @@ LIGHT_RATE = 10.0
 # while an address of many honest players whose bursts tip a few of them heavy keeps a
 # share in proportion to what it sends lightly (bench_game's 1,000/s from 200 players).
 HEAVY_SHARE = 0.25
+OVERLOAD_FRESH_S = 2.0  # a shrunk bound counts as overload this long after the last guess
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
@@ -278,6 +280,7 @@ class Gate:
         # admissions per address, light and heavy apart: the address share under overload
         self.light_in = FlowRates()
         self.heavy_in = FlowRates()
+        self.timed_at = -math.inf  # when a guess last fed the gradient
         self.working = 0
         self.resting = 0  # slots resting after a heavy request (the duty cycle)
         self.waiting = 0
@@ -292,18 +295,23 @@ class Gate:
     def timed(self, seconds: float) -> None:
         """A guess held a slot for ``seconds``: the gradient may move the bound."""
         if self.gradient is not None:
-            value = self.gradient.sample(seconds, self.clock(), self.working)
+            self.timed_at = now = self.clock()
+            value = self.gradient.sample(seconds, now, self.working)
             self.limit = max(1, int(value))
             self.duty = min(1.0, value)
 
     @property
     def overloaded(self) -> bool:
-        """The adaptive bound is below the configured one, or requests wait for it."""
-        return self.limit < self.max_limit or self.waiting > 0
+        """Requests wait for the bound, or the adaptive bound is below the configured one
+        as of a guess timed lately (the bound moves only with guesses: with none for a
+        while it says nothing of now)."""
+        if self.waiting > 0:
+            return True
+        return self.limit < self.max_limit and self.clock() - self.timed_at < OVERLOAD_FRESH_S
 
     def over_share(self, address: str, now: float) -> bool:
-        """Whether a heavy request of ``address`` is past its address's share now: while
-        the door is overloaded, heavy admissions of one address are bounded by
+        """Whether a heavy guess of ``address`` is past its address's share now: while
+        the door is overloaded, heavy guesses admitted from one address are bounded by
         :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE` of its light ones."""
         if not self.max_limit or not self.overloaded:
             return False
@@ -493,14 +501,15 @@ async def through(
                 gate.counts["bypassed"] += 1
                 return await work()
             heavy = weight > gate.light_rate
-            if heavy and gate.over_share(address, now):
+            if guess and heavy and gate.over_share(address, now):
                 gate.counts["shed_share"] += 1
                 await hold_refusal(gate, now)
                 return BUSY
             if not await gate.enter(weight):
                 await hold_refusal(gate, now)
                 return BUSY
-            (gate.heavy_in if heavy else gate.light_in).hit(address, gate.clock())
+            if guess:
+                (gate.heavy_in if heavy else gate.light_in).hit(address, gate.clock())
             began = gate.clock()
             try:
                 return await work()

@@ -267,24 +267,33 @@ async def test_under_overload_an_address_heavy_admissions_keep_to_its_share(
 
     async def masher(address: str = "10.0.0.2") -> object:
         clock.t += 0.01
-        return await through(gate, address, "masher", work, now=clock.t)
+        return await through(gate, address, "masher", work, now=clock.t, guess=True)
 
     # Not overloaded: a sender is let in as fast as it asks (80 in 0.8 s; heavy from the
     # ~20th, when its rate passes an honest pace).
     assert [await masher() for _ in range(80)] == ["served"] * 80
     assert gate.heavy_in.rate("10.0.0.2", clock.t) > LIGHT_RATE
-    # The gradient shrank the bound: that address's heavy requests are past its share ...
-    gate.limit = 2
+    # The gradient shrank the bound: that address's heavy guesses are past its share ...
+    gate.limit, gate.timed_at = 2, clock.t
+    assert gate.overloaded
     shed = await masher()
     assert isinstance(shed, Shed) and shed.reason == "busy"
     assert gate.counts["shed_share"] == 1
     # ... another address's are not, and an honest pace is never shed for it,
-    assert await through(gate, "10.0.0.3", "newcomer", work, now=clock.t) == "served"
-    clock.t += 5
-    assert await through(gate, "10.0.0.2", "honest", work, now=clock.t) == "served"
-    # ... and the address's share comes back as its heavy rate decays.
+    assert await through(gate, "10.0.0.3", "newcomer", work, now=clock.t, guess=True) == "served"
+    assert await through(gate, "10.0.0.2", "masher", work, now=clock.t) == "served"  # a read
+    clock.t += 1
+    gate.timed_at = clock.t
+    assert await through(gate, "10.0.0.2", "honest", work, now=clock.t, guess=True) == "served"
+    # ... and the address's share comes back as its heavy rate decays,
     clock.t += 10
+    gate.timed_at = clock.t
     assert await masher() == "served"
+    # ... as it does when no guess has fed the bound lately (it says nothing of now).
+    for _ in range(80):
+        await masher()
+    clock.t += 2.5
+    assert not gate.overloaded and await masher() == "served"
     # An address that sends much lightly (an honest crowd) has a share in proportion.
     for _ in range(400):
         gate.light_in.hit("10.0.0.4", clock.t)
