@@ -99,6 +99,14 @@ MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty 
 # is not (its rate and its requests at the door add up past 10). The game's own per-player
 # rate is 10 guesses a second. A token not seen lately weighs this much.
 LIGHT_RATE = 10.0
+# The light threshold follows the field (Gate.field): this many times the median sender's
+# rate, recomputed every FIELD_WINDOW_S, never below LIGHT_FLOOR (an honest player's burst
+# of a guess or two in a second) nor above LIGHT_RATE.
+FIELD_MULTIPLE = 3.0
+FIELD_WINDOW_S = 0.5
+FIELD_SPAN_S = 5.0
+FIELD_MAX_SENDERS = 4096  # the field's sample: a flood of new tokens is not all counted
+LIGHT_FLOOR = 2.0
 # While the door is overloaded (its adaptive bound below the configured one, or requests
 # waiting), an address's heavy requests are admitted at most at LIGHT_RATE a second plus
 # this share of its light ones: what the mashers of one address are let in is one honest
@@ -269,6 +277,12 @@ class Gate:
         self.gradient = Gradient(limit) if limit and adaptive else None
         self.wait_s = wait_ms / 1000
         self.light_rate = light_rate  # requests a second that count as an honest pace
+        # The light threshold now: FIELD_MULTIPLE times the field's median rate, between
+        # LIGHT_FLOOR and light_rate (:meth:`field`).
+        self.light_floor = min(LIGHT_FLOOR, light_rate)
+        self.light_now = light_rate
+        self._field: dict[str, tuple[float, float]] = {}  # token -> its rate, as of
+        self._field_at = clock()
         # Light requests may hold twice the configured bound: an honest crowd's bursts
         # (1,000 guesses/s from 200 players) are not shed for want of a slot, while heavy
         # senders stay under the adaptive bound, at most the configured one.
@@ -299,6 +313,28 @@ class Gate:
             value = self.gradient.sample(seconds, now, self.working)
             self.limit = max(1, int(value))
             self.duty = min(1.0, value)
+
+    def field(self, token: str, rate: float, now: float) -> None:
+        """One request of ``token`` at ``rate``: a sender is weighed against the field it
+        arrives with (fq_codel's sparse flows, by rate). Each :data:`FIELD_WINDOW_S` the
+        light threshold becomes :data:`FIELD_MULTIPLE` times the median rate of the
+        senders seen in the last :data:`FIELD_SPAN_S` (long enough to see most players at
+        an honest pace), one vote each however much they sent, kept between
+        :data:`LIGHT_FLOOR` and ``light_rate``: among 100 players at 0.3 guesses/s a
+        sender at 5/s is heavy, among 200 at 5/s it is one of the crowd."""
+        seen = self._field
+        if token in seen or len(seen) < FIELD_MAX_SENDERS:
+            seen[token] = (rate, now)
+        if now - self._field_at < FIELD_WINDOW_S:
+            return
+        self._field_at = now
+        since = now - FIELD_SPAN_S
+        for key in [k for k, (_, at) in seen.items() if at < since]:
+            del seen[key]
+        if seen:
+            rates = sorted(r for r, _ in seen.values())
+            median = rates[len(rates) // 2]
+            self.light_now = max(self.light_floor, min(self.light_rate, FIELD_MULTIPLE * median))
 
     @property
     def overloaded(self) -> bool:
@@ -340,7 +376,7 @@ class Gate:
         if (
             not self.limit
             or (self.working + self.resting < self.limit and not self.waiting)
-            or (weight <= self.light_rate and self.working < self.light_limit)
+            or (weight <= self.light_now and self.working < self.light_limit)
         ):
             self.working += 1
             self.counts["admitted"] += 1
@@ -405,7 +441,7 @@ class Gate:
                 heapq.heappop(heap)  # shed, left, or its wait ran out and it is not yet woken
                 self._drop(waiter)
                 continue
-            if waiter.weight <= self.light_rate:
+            if waiter.weight <= self.light_now:
                 if self.working >= self.light_limit:
                     return
             elif self.working + self.resting >= self.limit:
@@ -485,8 +521,10 @@ async def through(
         # masher's eight at once weigh from the second, an honest player's one never;
         # a token not seen lately is not known to be light (200 new mashers at once
         # would otherwise all be new flows, first in line)
-        new = 0.0 if token in gate.players else gate.light_rate
-        weight += gate.players.hit(token, now) + tokens.get(token, 0) + new
+        new = 0.0 if token in gate.players else gate.light_now
+        rate = gate.players.hit(token, now)
+        gate.field(token, rate, now)
+        weight += rate + tokens.get(token, 0) + new
         tokens[token] = tokens.get(token, 0) + 1
     at_door = gate.at_door
     try:
@@ -500,7 +538,7 @@ async def through(
             if bypass is not None and bypass():
                 gate.counts["bypassed"] += 1
                 return await work()
-            heavy = weight > gate.light_rate
+            heavy = weight > gate.light_now
             if guess and heavy and gate.over_share(address, now):
                 gate.counts["shed_share"] += 1
                 await hold_refusal(gate, now)

@@ -302,3 +302,31 @@ async def test_under_overload_an_address_heavy_admissions_keep_to_its_share(
     assert not gate.over_share("10.0.0.4", clock.t)
     assert gate.over_share("10.0.0.5", clock.t) is False  # nothing of its own yet
     assert (gate.working, gate.waiting, gate.tokens_at_door, gate.at_door) == (0, 0, {}, {})
+
+
+def test_the_light_threshold_follows_the_field_it_arrives_with() -> None:
+    clock = Clock()
+    gate = Gate(limit=16, wait_ms=500, address_limit=0, clock=clock)
+    assert gate.light_now == LIGHT_RATE  # nothing seen yet: the game's own rate
+
+    # 100 players at 0.3 guesses/s each and one at 5/s: the field's median is an honest
+    # pace, three times it is under the floor, so the floor (2/s) holds and 5/s is heavy.
+    start = clock.t
+    for t in range(0, 10_000, 10):  # interleaved, in time order: 10 ms steps
+        clock.t = start + t / 1000
+        for i in range(100):
+            if (t + i * 33) % 3330 == 0:
+                gate.field(f"honest-{i}", gate.players.hit(f"honest-{i}", clock.t), clock.t)
+        if t % 200 == 0:
+            gate.field("fast", gate.players.hit("fast", clock.t), clock.t)
+    assert gate.light_now == pytest.approx(2.0)
+    assert gate.players.rate("fast", clock.t) > gate.light_now
+    # 200 players at 5/s each (bench_game's 1,000/s from one address): one of the crowd.
+    crowd = Gate(limit=16, wait_ms=500, address_limit=0, clock=clock)
+    start = clock.t
+    for t in range(0, 6_000, 1):
+        clock.t = start + t / 1000
+        token = f"p{t % 200}"  # a guess a millisecond, each player's every 200 ms
+        crowd.field(token, crowd.players.hit(token, clock.t), clock.t)
+    assert crowd.light_now == LIGHT_RATE
+    assert max(crowd.players.rate(f"p{i}", clock.t) for i in range(200)) < crowd.light_now
