@@ -30,13 +30,14 @@ deadline then is ``idle_lapse_ms``: nothing waits on its death), parks on BLPOP 
 queue, ``SET NX PX``), at the next moment anything can come due. A claim moves the
 worker's deadline back to the short lapse, so recovery times are those of a busy worker.
 
-How it is built: this module is the orchestrator (claiming, running handlers, their
-outcomes, stopping); each other idea is a part of its own, with its own tests:
-:mod:`~echomq.options` (the checked settings), :mod:`~echomq.claims` (one record and one
-state per held claim), :mod:`~echomq.leases` (the lease keeper), :mod:`~echomq.outbox`
-(batched completions), :mod:`~echomq.heartbeat` (liveness), :mod:`~echomq.reaper` (the
-reaper election), :mod:`~echomq.park` (the BLPOP when idle), :mod:`~echomq.outage` (a
-dependency down) and :mod:`~echomq.running` (awaiting one handler).
+How it is built: this module is the orchestrator (claiming, running handlers, stopping);
+each other idea is a part of its own, with its own tests: :mod:`~echomq.options` (the
+checked settings), :mod:`~echomq.claims` (one record and one state per held claim),
+:mod:`~echomq.leases` (the lease keeper), :mod:`~echomq.outcomes` (complete, fail,
+release, each within the lease), :mod:`~echomq.outbox` (batched completions),
+:mod:`~echomq.heartbeat` (liveness), :mod:`~echomq.reaper` (the reaper election),
+:mod:`~echomq.park` (the BLPOP when idle), :mod:`~echomq.outage` (a dependency down) and
+:mod:`~echomq.running` (awaiting one handler).
 """
 
 from __future__ import annotations
@@ -48,21 +49,21 @@ import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, overload
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .backoff import Backoff
 from .claims import ClaimRecord, ClaimTracker, Key, key_of, split_suspects
 from .codec import text
-from .errors import Retry, Unavailable
+from .errors import Unavailable
 from .heartbeat import Heartbeat
 from .hooks import HookChain, Hooks, checked
 from .jobs import encode_result
 from .leases import LeaseKeeper
 from .options import ConsumerOptions, Source
 from .outage import Outage
-from .outbox import Outbox
+from .outcomes import Counts, HandlerCancelled, Outcomes, ResultNotEncodable, TimedOut
 from .park import Park
 from .queue import Queue
 from .reaper import Reaper, seats
@@ -74,22 +75,27 @@ from .waits import every, until, wait_any
 log = logging.getLogger("echomq.consumer")
 
 Handler = Callable[[Claim], Awaitable[Any]]
-T = TypeVar("T")
-
 __all__ = ["Consumer", "Handler", "HandlerCancelled", "ResultNotEncodable", "Source", "TimedOut"]
 
 
-class ResultNotEncodable(TypeError):
-    """The handler returned a value JSON cannot carry (a set, an object …): its job fails."""
+class _Count:
+    """A consumer's counter, read from (and written to) its :class:`~echomq.outcomes.Counts`."""
 
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
-class HandlerCancelled(Exception):
-    """The handler was cancelled by something other than this consumer: a failed attempt."""
+    @overload
+    def __get__(self, consumer: None, owner: type) -> _Count: ...
+    @overload
+    def __get__(self, consumer: Consumer, owner: type | None = None) -> int: ...
+    def __get__(self, consumer: Consumer | None, owner: type | None = None) -> int | _Count:
+        if consumer is None:
+            return self  # looked up on the class
+        value: int = getattr(consumer._counts, self.name)
+        return value
 
-
-class TimedOut(Exception):
-    """The handler ran past ``timeout_ms``: it was cancelled and its job failed with the
-    error ``"timed out"``."""
+    def __set__(self, consumer: Consumer, value: int) -> None:
+        setattr(consumer._counts, self.name, value)
 
 
 class Consumer:
@@ -159,6 +165,15 @@ class Consumer:
     smaller batch lets it grow back by one, up to ``batch``.
     """
 
+    # What it did, for tests and for the worker's self-description.
+    completed = _Count()
+    failed = _Count()
+    stale = _Count()
+    lost = _Count()
+    released = _Count()
+    timed_out = _Count()  # handlers cancelled after timeout_ms (each also in failed)
+    unavailable = _Count()  # jobs handed back because a dependency was down
+
     def __init__(
         self,
         queue: Queue,
@@ -223,24 +238,16 @@ class Consumer:
         self.probe_max_ms, self.suspect_ms = o.probe_max_ms, o.suspect_ms
         self._hooks = HookChain((*queue.hooks, *self.hooks))  # again at run()
         self._handle = self._hooks.wrap(handler)
-        # Counters, for tests and for the worker's self-description.
-        self.completed = 0
-        self.failed = 0
-        self.stale = 0
-        self.lost = 0
-        self.released = 0
-        self.timed_out = 0  # handlers cancelled after timeout_ms (each also in failed)
-        self.unavailable = 0  # jobs handed back because a dependency was down
         # The parts.
+        self._counts = Counts()
         self._tracker = ClaimTracker()
         self._outage = Outage()
         self._stopping = asyncio.Event()  # stop(): claim no more, drain
         self._closing = asyncio.Event()  # drained: background loops end
         self._room = asyncio.Event()  # a held claim finished or started: look again
         self._kick = asyncio.Event()  # our reaper moved jobs: claim now, do not park
-        self._outbox = Outbox(
-            lambda items: self._hooks.complete(items, self.queue.jobs.complete_encoded),
-            self._give_up,
+        self._outcomes = Outcomes(
+            queue, self._tracker, o.lease_ms, o.worker_id, lambda: self._hooks, self._counts
         )
         self._leases = LeaseKeeper(
             queue, self._tracker, o.lease_ms, self._on_lost, lambda: self._hooks
@@ -346,7 +353,7 @@ class Consumer:
             await self._park.drop()
 
     async def _flush_loop(self) -> None:
-        await self._outbox.flush_forever()
+        await self._outcomes.outbox.flush_forever()
 
     def _describe(self) -> dict[str, Any]:
         """The worker's registry row, written at each beat."""
@@ -528,7 +535,7 @@ class Consumer:
 
     async def _hand_back_unstarted(self, claim: Claim) -> None:
         try:
-            if await self._release_with_retries(claim):
+            if await self._outcomes.release(claim):
                 self.unavailable += 1
         finally:
             self._forget(claim)
@@ -619,29 +626,26 @@ class Consumer:
                 return  # the lease went to someone else: no side effect of ours counts
             if verdict == "timed out":
                 self.timed_out += 1
-                self._tracker.finish(key)
                 self._answered(started)
-                await self._fail(claim, TimedOut("timed out"))
+                await self._outcomes.fail(claim, TimedOut("timed out"))
                 return
             try:
                 result = task.result()
             except asyncio.CancelledError:
                 # The handler cancelled itself (or something else did): a failed attempt.
-                self._tracker.finish(key)
                 self._answered(started)
-                await self._fail(claim, HandlerCancelled("the handler was cancelled"))
+                await self._outcomes.fail(claim, HandlerCancelled("the handler was cancelled"))
                 return
             except Unavailable as e:
                 # What the handler needs is down: hand the job back, spend nothing, and
                 # claim nothing more until it answers again.
                 self._enter_outage(started, e)
-                if await self._release_with_retries(claim):
+                if await self._outcomes.release(claim):
                     self.unavailable += 1
                 return
             except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter
-                self._tracker.finish(key)
                 self._answered(started)
-                await self._fail(claim, e)
+                await self._outcomes.fail(claim, e)
                 return
             self._answered(started)
             try:
@@ -649,18 +653,14 @@ class Consumer:
                 # JSON cannot carry fails this one job and no other.
                 encoded = encode_result(result)
             except Exception as e:  # noqa: BLE001 - orjson raises TypeError subclasses
-                self._tracker.finish(key)
-                await self._fail(
+                await self._outcomes.fail(
                     claim,
                     ResultNotEncodable(
                         f"the handler's result cannot be stored as JSON ({type(e).__name__}: {e})"
                     ),
                 )
                 return
-            if await self._complete(claim, encoded):
-                self.completed += 1
-            else:
-                self.stale += 1
+            await self._outcomes.complete(claim, encoded)
         finally:
             self._forget(claim)
 
@@ -682,101 +682,6 @@ class Consumer:
     def _forget(self, claim: Claim) -> None:
         self._tracker.forget(key_of(claim))
         self._room.set()
-
-    # -- outcomes -------------------------------------------------------------
-
-    def _give_up(self, key: Key) -> bool:
-        """Note that ``key``'s outcome met an error; True once its lease has surely run out
-        (no renewal for ``lease_ms``): the job is the reaper's, and a late call would only
-        be stale."""
-        return self._tracker.give_up(key, asyncio.get_running_loop().time(), self.lease_ms / 1000)
-
-    async def _within_lease(
-        self, claim: Claim, what: str, failing: str, call: Callable[[], Awaitable[T]]
-    ) -> tuple[bool, T | None]:
-        """``call()`` retried on errors within the job's lease (the lease keeper renews it
-        meanwhile): ``(True, its answer)``, or ``(False, None)`` once given up (counted
-        stale: the job is the reaper's)."""
-        key = key_of(claim)
-        backoff = Backoff(first=0.1)
-        trouble = Trouble(f"{what} of {claim.job_id}")
-        try:
-            while True:
-                try:
-                    return True, await call()
-                except Exception as e:  # noqa: BLE001 - any error: retry within the lease
-                    if self._give_up(key):
-                        log.warning(
-                            "job %s: could not %s within its lease (%s); left to the reaper",
-                            claim.job_id,
-                            failing,
-                            e,
-                        )
-                        self.stale += 1
-                        return False, None
-                    trouble.note(e)
-                    await backoff.sleep()
-        finally:
-            self._tracker.settled(key)
-
-    async def _complete(self, claim: Claim, encoded: bytes) -> bool:
-        # From here on the lease keeper leaves the job alone (unless its completion gets
-        # stuck): an extend racing the completion on another connection would be refused
-        # for a lease that was simply finished.
-        self._tracker.finish(key_of(claim))
-        try:
-            return await self._outbox.complete(claim.job_id, claim.token, encoded)
-        finally:
-            self._tracker.settled(key_of(claim))
-
-    async def _release_with_retries(self, claim: Claim) -> bool:
-        """``release`` retried on errors within the job's lease; True once released, False
-        when stale or given up."""
-        self._tracker.finish(key_of(claim))
-        sent, ok = await self._within_lease(
-            claim,
-            "release",
-            "hand it back",
-            lambda: self.queue.jobs.release(claim.job_id, claim.token),
-        )
-        if not sent:
-            return False
-        if ok:
-            self.released += 1
-        else:
-            self.stale += 1
-        await self._hooks.released(claim, bool(ok))
-        return bool(ok)
-
-    async def _fail(self, claim: Claim, error: BaseException) -> None:
-        retry_in = error.delay_ms if isinstance(error, Retry) else None
-        if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
-            retry_in = None  # a nonsense delay asked for: the default backoff
-        message = "timed out" if isinstance(error, TimedOut) else f"{type(error).__name__}: {error}"
-        message = message[:2000]
-        sent, outcome = await self._within_lease(
-            claim,
-            "fail",
-            "record its failure",
-            lambda: self.queue.jobs.fail(claim.job_id, claim.token, message, retry_in),
-        )
-        if not sent or outcome is None:
-            return
-        if outcome == "stale":
-            self.stale += 1
-        else:
-            self.failed += 1
-        await self._hooks.failed(claim, error, outcome)
-        # One line per failure, with the ids as fields for JSON logs; "dead" is the one an
-        # operator must act on, so it is a warning.
-        log.log(
-            logging.WARNING if outcome == "dead" else logging.INFO,
-            "job %s failed (%s): %s",
-            claim.job_id,
-            outcome,
-            message,
-            extra={"job_id": claim.job_id, "worker_id": self.worker_id},
-        )
 
     # -- stopping -----------------------------------------------------------------
 
@@ -808,12 +713,5 @@ class Consumer:
         return any(r.task is not None for r in self._tracker)
 
     async def _release(self, claim: Claim) -> None:
-        try:
-            ok = await self.queue.jobs.release(claim.job_id, claim.token)
-        except Exception as e:  # noqa: BLE001 - best effort: the lease runs out instead
-            log.warning("release of %s failed (%s); its lease will run out", claim.job_id, e)
-        else:
-            if ok:
-                self.released += 1
-            await self._hooks.released(claim, ok)
+        await self._outcomes.release_once(claim)
         self._forget(claim)

@@ -9,6 +9,9 @@ import logging
 from typing import Any
 
 import pytest
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -392,3 +395,77 @@ def test_trouble_logs_each_kind_once_until_the_loop_recovers(
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 3
     assert kind(ResponseError("READONLY you can't")) == "ResponseError READONLY"
     assert kind(ValueError()) == "ValueError"
+
+
+# -- outcomes ----------------------------------------------------------------------------------
+
+
+def _outcomes(q: echomq.Queue, tracker: ClaimTracker, lease_ms: int = 60_000) -> Any:
+    from echomq.outcomes import Counts, Outcomes
+
+    return Outcomes(q, tracker, lease_ms, "W", lambda: NO_HOOKS, Counts())
+
+
+async def test_a_failure_is_recorded_under_its_token_and_counted(q: echomq.Queue) -> None:
+    from echomq.outcomes import TimedOut
+
+    a, b = await _claimed(q, 2)
+    tracker = ClaimTracker()
+    tracker.hold(a)
+    tracker.hold(b)
+    out = _outcomes(q, tracker)
+    await out.fail(a, echomq.Retry(5_000, "later"))
+    await out.fail(b, TimedOut("timed out"))
+    assert out.counts.failed == 2 and out.counts.stale == 0
+    info = await q.jobs.get(b.job_id)
+    assert info is not None and info.state == "scheduled" and info.error == "timed out"
+    await out.fail(a, ValueError("again"))  # no longer active: stale
+    assert out.counts.stale == 1
+
+
+async def test_a_release_spends_nothing_and_a_stale_one_is_counted_stale(q: echomq.Queue) -> None:
+    [c] = await _claimed(q, 1)
+    tracker = ClaimTracker()
+    tracker.hold(c)
+    out = _outcomes(q, tracker)
+    assert await out.release(c)
+    record = tracker.get(key_of(c))
+    assert record is not None and record.state.value == "finishing"
+    assert not await out.release(c)
+    assert (out.counts.released, out.counts.stale) == (1, 1)
+    assert await locations(q, c.job_id) == ["pending"]
+
+
+async def test_an_outcome_that_keeps_failing_is_given_up_within_the_lease(q: echomq.Queue) -> None:
+    [c] = await _claimed(q, 1)
+    tracker = ClaimTracker()
+    tracker.hold(c)
+    # The same queue through a server that is not there: every call fails to connect.
+    gone = redis.asyncio.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    out = _outcomes(echomq.Queue(gone, q.name), tracker, lease_ms=300)
+    t0 = asyncio.get_running_loop().time()
+    try:
+        assert not await out.release(c)
+    finally:
+        await gone.aclose()
+    assert 0.3 <= asyncio.get_running_loop().time() - t0 < 2
+    assert out.counts.stale == 1 and out.counts.released == 0
+    assert await locations(q, c.job_id) == ["active"]  # left to the reaper
+    record = tracker.get(key_of(c))
+    assert record is not None and record.give_up_at is None  # settled: no longer stuck
+
+
+async def test_a_completion_goes_through_the_outbox_and_is_counted(q: echomq.Queue) -> None:
+    [c] = await _claimed(q, 1)
+    tracker = ClaimTracker()
+    tracker.hold(c)
+    out = _outcomes(q, tracker)
+    flusher = asyncio.create_task(out.outbox.flush_forever())
+    try:
+        await out.complete(c, b'{"ok": 1}')
+        await out.complete(c, b"null")  # the same token again: counted once by the server
+    finally:
+        flusher.cancel()
+    info = await q.jobs.get(c.job_id)
+    assert info is not None and info.state == "completed" and info.result == {"ok": 1}
+    assert out.counts.completed + out.counts.stale == 2

@@ -78,6 +78,7 @@ _CONSUMER = (
     "options.py",
     "leases.py",
     "outbox.py",
+    "outcomes.py",
     "heartbeat.py",
     "reaper.py",
     "park.py",

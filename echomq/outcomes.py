@@ -1,0 +1,191 @@
+"""``Outcomes``: a finished job's outcome sent under its token (complete, fail, release),
+and the consumer's counts of them.
+
+A transition that meets an error is retried with backoff within the job's lease (the
+lease keeper renews the lease of a stuck outcome meanwhile); once the lease has surely
+run out the job is the reaper's, and the outcome is given up (a late call would only be
+stale, which the fencing token makes safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .backoff import Backoff
+from .claims import ClaimTracker, Key, key_of
+from .errors import Retry
+from .hooks import HookChain
+from .outbox import Outbox
+from .queue import Queue
+from .trouble import Trouble
+from .types import Claim
+
+log = logging.getLogger("echomq.consumer")
+
+T = TypeVar("T")
+
+
+class ResultNotEncodable(TypeError):
+    """The handler returned a value JSON cannot carry (a set, an object …): its job fails."""
+
+
+class HandlerCancelled(Exception):
+    """The handler was cancelled by something other than this consumer: a failed attempt."""
+
+
+class TimedOut(Exception):
+    """The handler ran past ``timeout_ms``: it was cancelled and its job failed with the
+    error ``"timed out"``."""
+
+
+@dataclass(slots=True)
+class Counts:
+    """What a consumer did, for tests and for the worker's self-description."""
+
+    completed: int = 0
+    failed: int = 0
+    stale: int = 0
+    lost: int = 0
+    released: int = 0
+    timed_out: int = 0  # handlers cancelled after timeout_ms (each also in failed)
+    unavailable: int = 0  # jobs handed back because a dependency was down
+
+
+class Outcomes:
+    """Sends outcomes for ``worker_id`` on ``queue``: completions through ``outbox``, the
+    rest directly; ``hooks()`` is the hook chain in force; ``counts`` is updated."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        tracker: ClaimTracker,
+        lease_ms: int,
+        worker_id: str,
+        hooks: Callable[[], HookChain],
+        counts: Counts,
+    ) -> None:
+        self.queue = queue
+        self.tracker = tracker
+        self.lease_ms = lease_ms
+        self.worker_id = worker_id
+        self.hooks = hooks
+        self.counts = counts
+        self.outbox = Outbox(
+            lambda items: self.hooks().complete(items, self.queue.jobs.complete_encoded),
+            self.give_up,
+        )
+
+    def give_up(self, key: Key) -> bool:
+        """Note that ``key``'s outcome met an error; True once its lease has surely run out
+        (no renewal for ``lease_ms``): the job is the reaper's, and a late call would only
+        be stale."""
+        return self.tracker.give_up(key, asyncio.get_running_loop().time(), self.lease_ms / 1000)
+
+    async def _within_lease(
+        self, claim: Claim, what: str, failing: str, call: Callable[[], Awaitable[T]]
+    ) -> tuple[bool, T | None]:
+        """``call()`` retried on errors within the job's lease: ``(True, its answer)``, or
+        ``(False, None)`` once given up (counted stale: the job is the reaper's)."""
+        key = key_of(claim)
+        backoff = Backoff(first=0.1)
+        trouble = Trouble(f"{what} of {claim.job_id}")
+        try:
+            while True:
+                try:
+                    return True, await call()
+                except Exception as e:  # noqa: BLE001 - any error: retry within the lease
+                    if self.give_up(key):
+                        log.warning(
+                            "job %s: could not %s within its lease (%s); left to the reaper",
+                            claim.job_id,
+                            failing,
+                            e,
+                        )
+                        self.counts.stale += 1
+                        return False, None
+                    trouble.note(e)
+                    await backoff.sleep()
+        finally:
+            self.tracker.settled(key)
+
+    async def complete(self, claim: Claim, encoded: bytes) -> None:
+        """Complete ``claim`` with its encoded result (batched in the outbox)."""
+        # From here on the lease keeper leaves the job alone (unless its completion gets
+        # stuck): an extend racing the completion on another connection would be refused
+        # for a lease that was simply finished.
+        key = key_of(claim)
+        self.tracker.finish(key)
+        try:
+            ok = await self.outbox.complete(claim.job_id, claim.token, encoded)
+        finally:
+            self.tracker.settled(key)
+        if ok:
+            self.counts.completed += 1
+        else:
+            self.counts.stale += 1
+
+    async def release(self, claim: Claim) -> bool:
+        """Hand ``claim`` back (no delivery spent), retried within its lease; True once
+        released, False when stale or given up."""
+        self.tracker.finish(key_of(claim))
+        sent, ok = await self._within_lease(
+            claim,
+            "release",
+            "hand it back",
+            lambda: self.queue.jobs.release(claim.job_id, claim.token),
+        )
+        if not sent:
+            return False
+        if ok:
+            self.counts.released += 1
+        else:
+            self.counts.stale += 1
+        await self.hooks().released(claim, bool(ok))
+        return bool(ok)
+
+    async def release_once(self, claim: Claim) -> None:
+        """Hand ``claim`` back, best effort (a stop): on an error its lease runs out."""
+        try:
+            ok = await self.queue.jobs.release(claim.job_id, claim.token)
+        except Exception as e:  # noqa: BLE001 - best effort: the lease runs out instead
+            log.warning("release of %s failed (%s); its lease will run out", claim.job_id, e)
+            return
+        if ok:
+            self.counts.released += 1
+        await self.hooks().released(claim, ok)
+
+    async def fail(self, claim: Claim, error: BaseException) -> None:
+        """Fail ``claim`` with ``error`` (retried with backoff, or dead), within its lease."""
+        self.tracker.finish(key_of(claim))
+        retry_in = error.delay_ms if isinstance(error, Retry) else None
+        if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
+            retry_in = None  # a nonsense delay asked for: the default backoff
+        message = "timed out" if isinstance(error, TimedOut) else f"{type(error).__name__}: {error}"
+        message = message[:2000]
+        sent, outcome = await self._within_lease(
+            claim,
+            "fail",
+            "record its failure",
+            lambda: self.queue.jobs.fail(claim.job_id, claim.token, message, retry_in),
+        )
+        if not sent or outcome is None:
+            return
+        if outcome == "stale":
+            self.counts.stale += 1
+        else:
+            self.counts.failed += 1
+        await self.hooks().failed(claim, error, outcome)
+        # One line per failure, with the ids as fields for JSON logs; "dead" is the one an
+        # operator must act on, so it is a warning.
+        log.log(
+            logging.WARNING if outcome == "dead" else logging.INFO,
+            "job %s failed (%s): %s",
+            claim.job_id,
+            outcome,
+            message,
+            extra={"job_id": claim.job_id, "worker_id": self.worker_id},
+        )
