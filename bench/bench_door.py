@@ -1,7 +1,8 @@
 """The door under mashers: honest players' latency and share accepted, alone and beside
 closed-loop mashers, and what a refusal costs the web; prints figures, asserts nothing.
 
-    uv run python -m bench.bench_door [--rows 0:0,10:1,20:1,50:1,200:20] [--duration 10]
+    uv run python -m bench.bench_door [--rows 0:0,10:1,20:1,50:1,200:20,replay:5,0:0]
+        [--duration 10]
         [--players 100] [--honest-rate 30] [--masher-in-flight 8] [--up-arg=--workers=2]
         [--json OUT]
 
@@ -19,6 +20,10 @@ each, then runs every row of ``--rows`` (``mashers:addresses``) on the same serv
   honest figures of the row are those sent in that window. Rows ``0:0`` are the honest
   players alone (first and last by default: a shared machine's busy spells fall on
   either), and every ratio is to their median, from the same run.
+* **the replay loop** (row ``replay:K``): the issue's one player from an address of its
+  own (127.0.0.250) reconnecting K sockets in a loop with ``after=0``, each reading its
+  greeting and replay, then closing; placed after the masher rows, whose guesses filled
+  the events stream (its length is printed).
 
 Then the **cost of an answer** to the web process (its CPU from ``/proc/<pid>/stat``,
 user + system, over a burst of each kind, idle CPU of the same length subtracted): an
@@ -53,6 +58,8 @@ from urllib.parse import quote
 
 import httpx
 import orjson
+import redis.asyncio
+import redis.exceptions
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -62,7 +69,10 @@ from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_sec
 from codemojex.mash.ledger import percentile as pct
 from tests.cli.running import Up, cmdline
 
-ROWS = "0:0,10:1,20:1,50:1,200:20,0:0"
+ROWS = "0:0,10:1,20:1,50:1,200:20,replay:5,0:0"
+REPLAY = -1  # a row's "mashers" for the replay loop (its "addresses": the loop's sockets)
+REPLAY_ADDRESS = "127.0.0.250"  # the replay loop's own client address
+REPLAY_QUIET_S = 0.5  # a greeting is over once its socket is this quiet (or sent progress)
 ROUND_SECONDS = 3600
 CPU_SAMPLE_S = 0.1
 ONSET_S = 3.0  # the start of a row's window, left out of the steady-state p99
@@ -86,9 +96,14 @@ class Options:
 
 
 def parse_rows(text: str) -> list[tuple[int, int]]:
+    """``mashers:addresses`` rows; ``replay:K`` is the replay loop with K sockets, kept as
+    ``(REPLAY, K)``."""
     rows = []
     for part in text.split(","):
         mashers, _, addresses = part.strip().partition(":")
+        if mashers == "replay":
+            rows.append((REPLAY, int(addresses or "5")))
+            continue
         rows.append((int(mashers), int(addresses or "1") if int(mashers) else 0))
     return rows
 
@@ -347,6 +362,82 @@ def game_pids(up: Up) -> dict[str, int]:
 # -- rows ----------------------------------------------------------------------------------------
 
 
+async def stream_length(up: Up) -> int | None:
+    """The events streams' length (XLEN summed over the queue's ``…:events`` keys): what
+    a replay from the start would read."""
+    if not up.valkey_url:
+        return None
+    conn = redis.asyncio.Redis.from_url(up.valkey_url)
+    try:
+        total = 0
+        async for key in conn.scan_iter(match="emq:*:events", count=1000):
+            total += int(await conn.xlen(key))
+        return total
+    except redis.exceptions.RedisError:
+        return None
+    finally:
+        await conn.aclose()
+
+
+async def replay_row(up: Up, honest: Honest, opts: Options, sockets: int) -> dict[str, Any]:
+    """The issue's replay loop: one player, from an address of its own, reconnecting
+    ``sockets`` sockets in a loop with ``after=0`` (every retained event after the
+    stream's start), each reading its greeting and replay, then closing, while the
+    honest load runs. The loop runs in this process: it is light on the client (a socket
+    reads a few frames) and the replay's work is the server's."""
+    transport = httpx.AsyncHTTPTransport(local_address=REPLAY_ADDRESS)
+    async with httpx.AsyncClient(base_url=up.base, transport=transport, trust_env=False) as http:
+        r = await http.post("/api/players", json={"name": "replayer"})
+        r.raise_for_status()
+        token = r.json()["token"]
+    events = await stream_length(up)
+    ws = "ws" + up.base.removeprefix("http")
+    url = f"{ws}/ws?token={quote(token)}&after=0"
+    stop = asyncio.Event()
+    seen: Counter[str] = Counter()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            try:
+                async with connect(
+                    url,
+                    compression=None,
+                    max_size=1 << 24,
+                    local_addr=(REPLAY_ADDRESS, 0),
+                    open_timeout=10,
+                ) as sock:
+                    seen["connects"] += 1
+                    while True:
+                        async with asyncio.timeout(REPLAY_QUIET_S):
+                            raw = await sock.recv()
+                        data = raw if isinstance(raw, bytes) else raw.encode()
+                        seen["frames"] += 1
+                        if b'"type":"gap"' in data:
+                            seen["gaps"] += 1
+                        if b'"type":"progress"' in data:
+                            break
+            except TimeoutError:
+                continue  # quiet: the greeting is over
+            except Exception as exc:  # noqa: BLE001 - a refused or closed socket, counted
+                seen[type(exc).__name__] += 1
+                await asyncio.sleep(0.05)
+
+    t0 = time.monotonic()
+    loops = [asyncio.create_task(loop()) for _ in range(sockets)]
+    try:
+        await honest.run_until(opts.honest_rate, t0 + opts.duration)
+    finally:
+        stop.set()
+        await asyncio.gather(*loops, return_exceptions=True)
+    return {
+        "window": (t0, t0 + opts.duration),
+        "mashers": None,
+        "replay": {"sockets": sockets, "events_in_stream": events, **seen},
+        "verdict": "",
+        "exit": 0,
+    }
+
+
 async def masher_row(
     up: Up,
     honest: Honest,
@@ -418,7 +509,9 @@ async def run_rows(
         for mashers, addresses in opts.rows:
             label = f"{mashers} mashers from {addresses} address(es)" if mashers else "alone"
             progress.update(bar, description=f"row: {label}")
-            if mashers:
+            if mashers == REPLAY:
+                row = await replay_row(up, honest, opts, addresses)
+            elif mashers:
                 row = await masher_row(up, honest, opts, cpu, mashers, addresses, out_dir)
             else:
                 t0 = time.monotonic()
@@ -620,9 +713,18 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         share = h["accepted_share"]
         m = r["mashers"]
         told = ", ".join(f"{v:,} × {k}" for k, v in m["statuses"].items()) if m else "—"
+        replay = r.get("replay")
+        if replay is not None:
+            told = f"{replay.get('connects', 0):,} connects, {replay.get('gaps', 0):,} gaps" + (
+                f" ({replay['events_in_stream']:,} events in the stream)"
+                if replay.get("events_in_stream") is not None
+                else ""
+            )
         verdict = r["verdict"].split(", kills")[0] if r["verdict"] else ""
         t.add_row(
-            f"{r['mashers_n']} ({r['addresses']} address{'es' if r['addresses'] != 1 else ''})"
+            f"replay loop ({r['addresses']} sockets, after=0)"
+            if r["mashers_n"] == REPLAY
+            else f"{r['mashers_n']} ({r['addresses']} address{'es' if r['addresses'] != 1 else ''})"
             if r["mashers_n"]
             else "none (alone)",
             f"{_f(h['send_to_score_ms']['p50'])} / {_f(p99)}",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.bench_door import Options, measure, print_tables
+from bench.bench_door import REPLAY, Options, measure, print_tables
 from bench.common import machine
 from tests.cli.running import Up
 
@@ -22,7 +22,7 @@ async def test_every_row_is_measured_and_every_accepted_guess_scored_once(
     start_up: Callable[..., Up], tmp_path: Path
 ) -> None:
     opts = Options(
-        rows=[(0, 0), (2, 1)],
+        rows=[(0, 0), (2, 1), (REPLAY, 2)],
         duration=2.0,
         players=6,
         honest_rate=6.0,
@@ -32,7 +32,7 @@ async def test_every_row_is_measured_and_every_accepted_guess_scored_once(
     )
     up = start_up("--workers", "1", "--round-seconds", "3600")
     result = await measure(opts, up, tmp_path)
-    alone, mashed = result["rows"]
+    alone, mashed, replayed = result["rows"]
     for row in (alone, mashed):
         h = row["honest"]
         assert h["sent"] > 0 and h["accepted"] > 0, h
@@ -42,6 +42,12 @@ async def test_every_row_is_measured_and_every_accepted_guess_scored_once(
         assert h["send_to_score_ms"]["p99"] is not None, h
         assert {"web", "valkey", "worker1", "bench"} <= set(row["cores"]), row["cores"]
     assert alone["mashers"] is None
+    # The replay loop reconnected, and each socket got its greeting.
+    replay = replayed["replay"]
+    assert replay["connects"] > 2 and replay["frames"] >= 2 * replay["connects"] - 2, replay
+    assert replay["events_in_stream"] > 0, replay
+    h = replayed["honest"]
+    assert h["sent"] > 0 and h["unscored"] == h["doubled"] == 0, h
     # The mash child ran from its own address, and its verdict found nothing lost or doubled.
     assert mashed["exit"] == 0, mashed["verdict"]
     assert mashed["verdict"].startswith("lost: 0, doubled: 0"), mashed["verdict"]
