@@ -10,7 +10,7 @@ import math
 import pytest
 
 from codemojex.admission import BucketMirror, address_key
-from web.door import LIGHT_RATE, MAX_WAITING, FlowRates, Gate, Shed, through
+from web.door import LIGHT_PATIENCE, LIGHT_RATE, MAX_WAITING, FlowRates, Gate, Shed, through
 
 
 class Clock:
@@ -330,3 +330,23 @@ def test_the_light_threshold_follows_the_field_it_arrives_with() -> None:
         crowd.field(token, crowd.players.hit(token, clock.t), clock.t)
     assert crowd.light_now == LIGHT_RATE
     assert max(crowd.players.rate(f"p{i}", clock.t) for i in range(200)) < crowd.light_now
+
+
+async def test_a_light_request_waits_longer_than_the_target_before_it_is_shed() -> None:
+    gate = Gate(limit=1, wait_ms=50, address_limit=0, light_rate=10.0)
+    release = asyncio.Event()
+    order: list[float] = []
+    held = [asyncio.create_task(_hold(gate, 1.0, order, release)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert gate.working == gate.light_limit == 2  # the light slots are all held
+    heavy = asyncio.create_task(gate.enter(20.0))
+    light = asyncio.create_task(gate.enter(1.0))
+    await asyncio.sleep(0.1)  # twice the target: the heavy one is shed, the light one waits
+    assert heavy.done() and heavy.result() is False
+    assert not light.done() and gate.waiting == 1
+    release.set()  # a held slot frees (well within LIGHT_PATIENCE x the target)
+    assert await light is True
+    await asyncio.gather(*held)
+    gate.leave()
+    assert (gate.working, gate.waiting) == (0, 0)
+    assert LIGHT_PATIENCE * 0.05 > 0.1
