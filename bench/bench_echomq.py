@@ -226,11 +226,13 @@ def enqueue_call(q: Queue, source: str, i: int, lanes: int, payload: bytes) -> C
         lane = f"L{i % lanes:03d}"
         return (
             SCRIPTS["lane_enqueue"],
-            [k.prefix, k.job(jid), k.lane(lane), k.seq(lane, ""), k.dedup(""), k.rate("")],
+            k.script_keys(
+                "lane_enqueue", k.job(jid), k.lane(lane), k.seq(lane, ""), k.dedup(""), k.rate("")
+            ),
             # no cap, deadline, seq, load subject, dedup or rate limit; no headers
             [jid, lane, payload, 5, 0, 0, 0, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
         )
-    return (SCRIPTS["enqueue"], [k.prefix, k.job(jid)], [jid, payload, 5, 0, 0])
+    return (SCRIPTS["enqueue"], k.script_keys("enqueue", k.job(jid)), [jid, payload, 5, 0, 0])
 
 
 async def enqueue_pipelined(
@@ -498,7 +500,9 @@ def game_enqueue_call(q: Queue, i: int, lanes: int, payload: bytes) -> Call:
     scope = str(PAYLOAD["round_id"])
     return (
         SCRIPTS["lane_enqueue"],
-        [k.prefix, k.job(jid), k.lane(lane), k.seq(lane, scope), k.dedup(""), k.rate("")],
+        k.script_keys(
+            "lane_enqueue", k.job(jid), k.lane(lane), k.seq(lane, scope), k.dedup(""), k.rate("")
+        ),
         [jid, lane, payload, 5, 0, 0, 1, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
     )
 

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from bench.common import embedded_server
 from echomq.codec import dumps
-from echomq.jobs import encode_headers
+from echomq.jobs import claim_keys, encode_headers
 from echomq.keys import Keys
 from echomq.scripts import Runner, Script
 from echomq.types import Claim
@@ -80,8 +80,8 @@ async def one_round(
         jid = f"JOB_{q}_{i:08d}"
         await run.run(
             enq,
-            [keys.prefix, keys.job(jid), keys.lane(lane), keys.seq(lane, "r"),
-             keys.dedup(""), keys.rate("")],
+            keys.script_keys("lane_enqueue", keys.job(jid), keys.lane(lane),
+                             keys.seq(lane, "r"), keys.dedup(""), keys.rate("")),
             [jid, lane, body, 5, 0, 0, 1, 60_000, 0, "", "", 0, 0, 0, headers],
         )  # fmt: skip
     enq_wall = (time.perf_counter() - t0) / jobs * 1e6
@@ -89,7 +89,8 @@ async def one_round(
     await conn.config_resetstat()
     t0 = time.perf_counter()
     for _ in range(jobs):
-        reply = await run.run(claim, [keys.prefix], ["w", 60_000, 1, 100])
+        args: list[str | int] = ["w", 60_000, 1, 100, "", 0]
+        reply = await run.run(claim, claim_keys(keys, "claim", args), args)
         assert len(reply) == 3
     claim_wall = (time.perf_counter() - t0) / jobs * 1e6
     return enq_server, enq_wall, await usec_per_call(conn), claim_wall

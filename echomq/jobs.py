@@ -11,6 +11,7 @@ from . import checks
 from .codec import dumps, text
 from .codes import refuse
 from .ids import job_id as mint_job_id
+from .keys import Keys
 from .scripts import SCRIPTS, Call
 from .types import Claim, ClaimBatch, FailOutcome, JobInfo, lease_of
 
@@ -69,6 +70,15 @@ def claim_args(
     return [worker_id, lease_ms, count, promote_limit, cid, min(lease_ms, CLAIM_MEMO_MS)]
 
 
+def claim_keys(keys: Keys, script: str, args: Sequence[str | int]) -> list[str]:
+    """The claim scripts' KEYS for ``args`` (:func:`claim_args`): the worker's job set, its
+    description and the call's memo, then the static keys."""
+    worker, claim_id = str(args[0]), str(args[4])
+    return keys.script_keys(
+        script, keys.worker_jobs(worker), keys.worker(worker), keys.claim(claim_id)
+    )
+
+
 class Jobs:
     def __init__(self, queue: Queue) -> None:
         self._q = queue
@@ -101,7 +111,7 @@ class Jobs:
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
             SCRIPTS["enqueue"],
-            [self._keys.prefix, self._keys.job(jid)],
+            self._keys.script_keys("enqueue", self._keys.job(jid)),
             [jid, body, max_attempts, delay_ms, attempts, encoded_headers],
         )
         self._q.confirm(text(reply[1]), acked)
@@ -122,19 +132,20 @@ class Jobs:
         reply was lost) answers the jobs the first run leased, still held, rather than
         leasing more. Pass the same ``claim_id`` to retry a call yourself."""
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
-        return decode_batch(await self._run(SCRIPTS["claim"], [self._keys.prefix], args))
+        keys = claim_keys(self._keys, "claim", args)
+        return decode_batch(await self._run(SCRIPTS["claim"], keys, args))
 
     def _complete_batch(self, items: Sequence[tuple[str, int, bytes]]) -> Call:
         """One call of ``complete.lua`` for ``items`` (job id, token, encoded result)."""
         s = self._q.settings
-        keys = [self._keys.prefix]
+        rows: list[str] = []
         args: list[str | int | bytes] = [s.keep_completed, s.keep_completed_ms, s.events_maxlen]
         for job_id, token, encoded in items:
             checks.name("job_id", job_id)
             attempts = checks.token(token)
-            keys.append(self._keys.job(job_id))
+            rows.append(self._keys.job(job_id))
             args += [job_id, attempts, encoded, lease_of(token)]
-        return SCRIPTS["complete"], keys, args
+        return SCRIPTS["complete"], self._keys.script_keys("complete", *rows), args
 
     async def complete(self, job_id: str, token: int, result: Any = None) -> bool:
         """True: counted once (or already completed under this very token: a repeated
@@ -176,7 +187,7 @@ class Jobs:
         s = self._q.settings
         reply = await self._run(
             SCRIPTS["fail"],
-            [self._keys.prefix, self._keys.job(job_id)],
+            self._keys.script_keys("fail", self._keys.job(job_id)),
             [
                 job_id,
                 attempts,
@@ -202,7 +213,7 @@ class Jobs:
         checks.integer("lease_ms", lease_ms, at_least=1)
         return (
             SCRIPTS["extend"],
-            [self._keys.prefix, self._keys.job(job_id)],
+            self._keys.script_keys("extend", self._keys.job(job_id)),
             [job_id, attempts, lease_ms, lease_of(token)],
         )
 
@@ -221,7 +232,7 @@ class Jobs:
         return bool(
             await self._run(
                 SCRIPTS["release"],
-                [self._keys.prefix, self._keys.job(job_id)],
+                self._keys.script_keys("release", self._keys.job(job_id)),
                 [job_id, attempts, worker_id or "", lease_of(token)],
             )
         )
@@ -235,7 +246,9 @@ class Jobs:
         """Send a dead job back to its lane with fresh deliveries (attempts kept)."""
         checks.name("job_id", job_id)
         code = await self._run(
-            SCRIPTS["retry_dead"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
+            SCRIPTS["retry_dead"],
+            self._keys.script_keys("retry_dead", self._keys.job(job_id)),
+            [job_id],
         )
         refuse("retry_dead", int(code), {"job_id": job_id})
 
@@ -243,7 +256,7 @@ class Jobs:
         """Delete a dead job for good."""
         checks.name("job_id", job_id)
         code = await self._run(
-            SCRIPTS["discard"], [self._keys.prefix, self._keys.job(job_id)], [job_id]
+            SCRIPTS["discard"], self._keys.script_keys("discard", self._keys.job(job_id)), [job_id]
         )
         refuse("discard", int(code), {"job_id": job_id})
 

@@ -1,14 +1,62 @@
 """Every key name of a queue, built in exactly one place.
 
 All keys of queue ``q`` share the prefix ``emq:{q}:``; the braces are a Valkey Cluster
-hash tag, so a queue lives in one slot and every script touches one slot. Scripts get
-the prefix as ``KEYS[1]`` and build per-job and per-lane keys from it with the same
-suffixes as below (``lua/include/common.lua``; tests/echomq/test_keys.py checks the two agree).
+hash tag, so a queue lives in one slot and every script touches one slot.
+
+Every script is handed the keys it touches in ``KEYS`` (what Valkey asks of a script, and
+what lets a cluster check them): ``KEYS[1]`` the prefix, then the call's own keys (a job's
+row, a lane …), then the queue's static keys the script uses (``SCRIPT_KEYS``, in that
+order). Only keys named by data the script reads are built in Lua from the prefix, with
+the same suffixes as below: a job's row, lane or holder's set from an id or a name popped
+or read from a row (``lua/include/common.lua`` says which and why;
+tests/echomq/test_keys.py checks the two sides agree).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+
+# The queue's static keys each script touches, as ``Keys`` property names, in the order the
+# script reads them from ``KEYS`` right after its own keys (each script's first lines
+# unpack them; tests/echomq/test_keys.py checks every script declares exactly the keys
+# its code and the helpers it calls use).
+SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
+    "claim": (
+        "new", "pending", "active", "scheduled", "dead", "counters", "events", "wake",
+        "workers", "in_lanes", "foreign",
+    ),
+    "complete": ("active", "completed", "counters", "refused", "events"),
+    "discard": ("dead", "counters"),
+    "enqueue": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
+    "extend": ("active", "refused"),
+    "fail": ("active", "scheduled", "dead", "counters", "refused", "events", "wake"),
+    "heartbeat": ("active", "counters", "events", "workers", "swept"),
+    "lane_claim": (
+        "new", "ring", "owed", "pending", "active", "scheduled", "dead", "counters", "events",
+        "wake", "workers", "in_lanes", "foreign",
+    ),
+    "lane_enqueue": ("new", "pending", "counters", "wake", "in_lanes", "foreign"),
+    "promote": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
+    "reap": (
+        "new", "pending", "active", "scheduled", "dead", "counters", "events", "wake",
+        "workers", "in_lanes", "swept", "reaper", "foreign",
+    ),
+    "release": ("new", "pending", "active", "counters", "refused", "wake", "in_lanes", "foreign"),
+    "retry_dead": ("new", "pending", "dead", "counters", "wake", "in_lanes", "foreign"),
+    "stats": (
+        "new", "ring", "pending", "active", "scheduled", "completed", "dead", "counters",
+        "refused", "in_lanes",
+    ),
+    "unfinished": ("foreign",),
+    "unregister": ("workers", "reaper"),
+}  # fmt: skip
+
+
+@functools.cache
+def _static(name: str, script: str) -> tuple[str, ...]:
+    keys = Keys(name)
+    return tuple(getattr(keys, attr) for attr in SCRIPT_KEYS[script])
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +66,11 @@ class Keys:
     @property
     def prefix(self) -> str:
         return f"emq:{{{self.name}}}:"
+
+    def script_keys(self, script: str, *own: str) -> list[str]:
+        """The ``KEYS`` of a call of echomq's ``script``: the prefix, the call's ``own``
+        keys, then the static keys the script touches (``SCRIPT_KEYS``)."""
+        return [self.prefix, *own, *_static(self.name, script)]
 
     @property
     def fence(self) -> str:
@@ -32,7 +85,15 @@ class Keys:
         return f"{self.prefix}~fence"
 
     def job(self, job_id: str) -> str:
-        """Hash: the job row (payload, state, attempts, failures, stalls, …)."""
+        """Hash: the job row. Its fields, written only when they say something a default
+        does not (a pending guess's row is ``lane``, ``body``, ``max``, ``enq``, ``seq``):
+
+        ``body`` the payload (``payload`` in a row written before that name, still read);
+        ``lane``; ``max`` deliveries allowed; ``enq`` enqueue time; ``seq``; ``headers``;
+        ``load`` the load subject when it is not the lane; ``state`` (absent = pending);
+        ``attempts`` (the fencing token), ``failures``, ``stalls`` (absent = 0); while
+        active ``worker``, ``lease``, ``lid``; ``due`` while scheduled; ``error``,
+        ``reason``, ``result``, ``done`` (time finished). Every row has ``enq``."""
         return f"{self.prefix}job:{job_id}"
 
     def lane(self, lane: str) -> str:
@@ -59,9 +120,19 @@ class Keys:
 
     def open(self, subject: str) -> str:
         """Sorted set job_id -> enqueue time (server ms): a load subject's (by default a
-        lane's) unfinished jobs, pending + active + scheduled. ``max_pending`` caps its
-        size and ``Lanes.unfinished`` reads it; an empty one does not exist."""
+        lane's) unfinished jobs but those its own lane holds: the active and scheduled jobs
+        of its lane, and every unfinished job of another lane counted against it, pending
+        too. With the lane's own waiting jobs it is what ``max_pending`` caps and
+        ``Lanes.unfinished`` lists (lua/include/common.lua, ``open_key``); an empty one
+        does not exist."""
         return f"{self.prefix}open:{subject}"
+
+    @property
+    def foreign(self) -> str:
+        """Hash lane -> how many of the jobs waiting in that lane count against another load
+        subject (a row with ``load``): what a lane's depth holds that is not its own
+        subject's load (``Lanes.load``). Absent while no lane holds such a job."""
+        return f"{self.prefix}foreign"
 
     @property
     def in_lanes(self) -> str:

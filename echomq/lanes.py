@@ -25,7 +25,7 @@ from . import checks
 from .codec import dumps, text
 from .codes import refuse
 from .ids import job_id as mint_job_id
-from .jobs import claim_args, decode_batch, encode_headers
+from .jobs import claim_args, claim_keys, decode_batch, encode_headers
 from .scripts import SCRIPTS
 from .types import Claim, ClaimBatch, Enqueued, JobInfo
 
@@ -165,14 +165,16 @@ class Lanes:
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
             SCRIPTS["lane_enqueue"],
-            [
-                self._keys.prefix,
+            self._keys.script_keys(
+                "lane_enqueue",
                 self._keys.job(jid),
                 self._keys.lane(lane),
                 self._keys.seq(lane, seq_scope or ""),
                 self._keys.dedup(dedup_key),
                 self._keys.rate(rate_subject or ""),
-            ],
+                self._keys.open(load_subject or lane),
+                self._keys.lane(load_subject or lane),
+            ),
             [
                 jid,
                 lane,
@@ -220,33 +222,41 @@ class Lanes:
         Idempotent as :meth:`echomq.jobs.Jobs.claim_many` is (a re-run of the call, or
         a call with the same ``claim_id``, answers the batch already leased)."""
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
-        return decode_batch(
-            await self._q.runner.run(SCRIPTS["lane_claim"], [self._keys.prefix], args)
-        )
+        keys = claim_keys(self._keys, "lane_claim", args)
+        return decode_batch(await self._q.runner.run(SCRIPTS["lane_claim"], keys, args))
 
     async def depth(self, lane: str) -> int:
         """Jobs waiting on ``lane`` (not counting the active or scheduled ones)."""
         checks.name("lane", lane)
         return int(await self._q.conn.zcard(self._keys.lane(lane)))
 
+    async def _unfinished(self, subject: str, limit: int) -> list[Any]:
+        keys = self._keys.script_keys(
+            "unfinished", self._keys.open(subject), self._keys.lane(subject)
+        )
+        return list(await self._q.runner.run(SCRIPTS["unfinished"], keys, [subject, limit]))
+
     async def load(self, subject: str) -> int:
         """Unfinished jobs of a load subject (by default a lane's name): pending + active +
-        scheduled, what ``max_pending`` caps."""
+        scheduled, what ``max_pending`` caps. One script call, O(1)."""
         checks.name("subject", subject)
-        return int(await self._q.conn.zcard(self._keys.open(subject)))
+        return int((await self._unfinished(subject, 0))[0])
 
     async def unfinished(self, subject: str, limit: int = 1000) -> list[JobInfo]:
         """The oldest ``limit`` unfinished jobs of a load subject (by default a lane's
         name), oldest enqueue first: pending, active or scheduled as of the read. One
-        index read and one pipelined round trip, whatever the size of the queue; a job
-        that finishes meanwhile is returned in its new state."""
+        script call (the subject's open index and the jobs waiting in its own lane, read
+        at once) and one pipelined round trip, whatever the size of the queue; a job that
+        finishes meanwhile is returned in its new state."""
         checks.name("subject", subject)
         checks.integer("limit", limit, at_least=1)
-        ids = await self._q.conn.zrange(self._keys.open(subject), 0, limit - 1)
+        ids = sorted({text(j) for j in (await self._unfinished(subject, limit))[1:]})
         if not ids:
             return []
         pipe = self._q.conn.pipeline(transaction=False)
         for jid in ids:
-            pipe.hgetall(self._keys.job(text(jid)))
+            pipe.hgetall(self._keys.job(jid))
         rows = await pipe.execute()
-        return [JobInfo.from_hash(row, text(j)) for j, row in zip(ids, rows, strict=True) if row]
+        infos = [JobInfo.from_hash(row, j) for j, row in zip(ids, rows, strict=True) if row]
+        infos.sort(key=lambda info: (info.enqueued_at_ms, info.job_id))
+        return infos[:limit]

@@ -97,7 +97,7 @@ class Queue:
         next first); ``lane_count`` counts them all. Its cost grows with ``max_lanes``,
         not with the number of lanes or jobs."""
         checks.integer("max_lanes", max_lanes, at_least=0)
-        r = await self.runner.run(SCRIPTS["stats"], [self.keys.prefix], [max_lanes])
+        r = await self.runner.run(SCRIPTS["stats"], self.keys.script_keys("stats"), [max_lanes])
         lanes = {text(r[5][i]): int(r[5][i + 1]) for i in range(0, len(r[5]), 2)}
         counters = {text(r[6][i]): int(r[6][i + 1]) for i in range(0, len(r[6]), 2)}
         refused = {text(r[7][i]): int(r[7][i + 1]) for i in range(0, len(r[7]), 2)}
@@ -117,7 +117,7 @@ class Queue:
     async def promote(self, limit: int = 100) -> int:
         """Move due scheduled jobs back to their lanes now; returns how many moved."""
         checks.integer("limit", limit, at_least=1)
-        r = await self.runner.run(SCRIPTS["promote"], [self.keys.prefix], [limit])
+        r = await self.runner.run(SCRIPTS["promote"], self.keys.script_keys("promote"), [limit])
         return int(r[0])
 
     async def heartbeat(
@@ -160,7 +160,9 @@ class Queue:
             flat += [checks.name("meta key", k), "" if v is None else str(v)]
         now, applied = await self.runner.run(
             SCRIPTS["heartbeat"],
-            [self.keys.prefix, self.keys.worker(worker_id)],
+            self.keys.script_keys(
+                "heartbeat", self.keys.worker(worker_id), self.keys.worker_jobs(worker_id)
+            ),
             [
                 worker_id,
                 lapse_ms,
@@ -178,7 +180,9 @@ class Queue:
         checks.name("worker_id", worker_id)
         return bool(
             await self.runner.run(
-                SCRIPTS["unregister"], [self.keys.prefix, self.keys.worker(worker_id)], [worker_id]
+                SCRIPTS["unregister"],
+                self.keys.script_keys("unregister", self.keys.worker(worker_id)),
+                [worker_id],
             )
         )
 

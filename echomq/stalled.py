@@ -86,7 +86,7 @@ class Stalled:
     ) -> Sweep:
         reply = await self._q.runner.run(
             SCRIPTS["reap"],
-            [self._q.keys.prefix],
+            self._q.keys.script_keys("reap"),
             [
                 limit,
                 self._q.settings.events_maxlen,

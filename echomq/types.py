@@ -133,8 +133,9 @@ class JobInfo:
     @classmethod
     def from_hash(cls, row: dict[Any, Any], job_id: str = "") -> JobInfo:
         """The job ``job_id`` from its row (HGETALL). The row does not repeat its id (the
-        key holds it; a row written before that change still has an ``id`` field), and
-        counts left at 0 (``attempts``, ``failures``, ``stalls``) are not written."""
+        key holds it; a row written before that change still has an ``id`` field), counts
+        left at 0 (``attempts``, ``failures``, ``stalls``) are not written, and neither is
+        the state of a pending job."""
 
         def g(name: str) -> str:
             return text(row.get(name.encode(), row.get(name)))
@@ -142,10 +143,10 @@ class JobInfo:
         lease, done, seq = g("lease"), g("done"), g("seq")
         return cls(
             job_id=job_id or g("id"),
-            state=g("state"),  # type: ignore[arg-type]
+            state=g("state") or "pending",  # type: ignore[arg-type]  # pending: no field
             attempts=number(g("attempts")),
             lane=g("lane") or None,
-            payload=loads(g("payload")),
+            payload=loads(g("body") or g("payload")),  # `payload`: a row written before `body`
             result=loads(g("result")) if g("result") else None,
             error=g("error") or None,
             reason=g("reason") or None,

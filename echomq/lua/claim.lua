@@ -1,6 +1,10 @@
 --[[ claim: lease up to N of the oldest pending jobs of the plain queue (Jobs.claim).
 
-  KEYS[1]  prefix   "emq:{q}:"
+  KEYS[1]  prefix   "emq:{q}:"   (lane:<name>, job:<id> are built from it: named by data)
+  KEYS[2]  held     set      the worker's job set (wjobs:<worker id>)
+  KEYS[3]  holder   hash     the worker's description (worker:<worker id>)
+  KEYS[4]  memo     string   the ids this call leased (claim:<claim id>)
+  KEYS[5..] the static keys below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  worker id       holder of the new leases
   ARGV[2]  lease_ms        lease length; deadline = server TIME + lease_ms
@@ -18,11 +22,14 @@
            checked in lease_all before any is leased
   Events   none
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_HELD, K_HOLDER, K_MEMO = KEYS[2], KEYS[3], KEYS[4]
+local K_NEW, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_FOREIGN = unpack(KEYS, 5, 15)
 --@include common
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local claim_id, memo_ms = ARGV[5] or '', tonumber(ARGV[6] or '0')
-local refused = claim_precheck(worker)
+local refused = claim_precheck()
 if refused then return refused end
 local now = server_now()
 local replayed = claim_replay(worker, claim_id)

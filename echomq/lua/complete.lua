@@ -9,6 +9,7 @@
 
   KEYS[1]      prefix   "emq:{q}:"
   KEYS[1 + i]  job      hash   the i-th job's row (i = 1 .. N)
+  KEYS[2 + N ..]        the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  keep_count     completed rows retained (oldest trimmed beyond this, in batches)
   ARGV[2]  keep_age_ms    completed rows older than this are trimmed (in batches)
@@ -28,9 +29,11 @@
                but the refusal tally
   Events   completed {job_id, lane, seq, attempts, result} per job counted
 ]]
+local n_jobs = (#ARGV - 3) / 4
+-- The static keys, after the jobs' rows (echomq.keys.SCRIPT_KEYS).
+local K_ACTIVE, K_COMPLETED, K_COUNTERS, K_REFUSED, K_EVENTS = unpack(KEYS, n_jobs + 2, n_jobs + 6)
 --@include common
 
-local n_jobs = (#ARGV - 3) / 4
 local verdicts, done = {}, {}
 local by_id = {}  -- a job named twice in one batch: the second is judged on the first
 local refused = 0

@@ -1,7 +1,8 @@
 --[[ enqueue: add a job to the plain FIFO queue, now or after a delay.
 
-  KEYS[1]  prefix   "emq:{q}:"   (the queue's hash tag; other keys are built from it)
+  KEYS[1]  prefix   "emq:{q}:"   (the queue's hash tag)
   KEYS[2]  job      hash         the new job's row
+  KEYS[3..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  job id           branded JOB_ ULID
   ARGV[2]  payload          opaque string (JSON by convention)
@@ -14,6 +15,8 @@
   Returns  {1, id} created | {0, id} an existing id: nothing changed
   Events   none (events report outcomes, not arrivals)
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_NEW, K_PENDING, K_SCHEDULED, K_COUNTERS, K_WAKE, K_INLANES, K_FOREIGN = unpack(KEYS, 3, 9)
 --@include common
 
 local id = ARGV[1]
@@ -25,8 +28,9 @@ end
 local now = server_now()
 local delay = tonumber(ARGV[4])
 -- The row, in one HSET: what no default covers. No `id` (the key holds it), no `lane`
--- (the plain queue has none), no counts at 0: readers take a missing count as 0.
-local row = {'payload', ARGV[2], 'max', ARGV[3], 'enq', now}
+-- (the plain queue has none), no counts at 0: readers take a missing count as 0, no
+-- state while pending.
+local row = {'body', ARGV[2], 'max', ARGV[3], 'enq', now}
 if ARGV[5] ~= '0' then
   put(row, 'attempts', ARGV[5])
 end
@@ -36,9 +40,7 @@ end
 if delay > 0 then
   put(row, 'state', 'scheduled')
   put(row, 'due', now + delay)
-else
-  put(row, 'state', 'pending')
-end
+end  -- else pending: a row with no `state` (include/common.lua, place)
 redis.call('HSET', jk, unpack(row))
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
 if delay > 0 then

@@ -2,6 +2,7 @@
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  job      hash
+  KEYS[3..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  job id
   ARGV[2]  token
@@ -12,6 +13,8 @@
   Returns  the new lease deadline (server ms) | 0 stale: the lease is lost
   Events   none
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_ACTIVE, K_REFUSED = unpack(KEYS, 3, 4)
 --@include common
 
 local id, token = ARGV[1], ARGV[2]

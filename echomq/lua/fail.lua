@@ -2,6 +2,7 @@
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  job      hash
+  KEYS[3..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  job id
   ARGV[2]  token
@@ -20,6 +21,8 @@
   Events   failed {job_id, lane, error, attempts}; then dead {job_id, lane, reason} when out
            of deliveries
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_REFUSED, K_EVENTS, K_WAKE = unpack(KEYS, 3, 9)
 --@include common
 
 local id, token = ARGV[1], ARGV[2]

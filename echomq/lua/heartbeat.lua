@@ -7,6 +7,8 @@
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  worker   hash   the worker's self-description
+  KEYS[3]  held     set    the jobs it holds (wjobs:<worker id>)
+  KEYS[4..] the static keys below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  worker id
   ARGV[2]  lapse_ms       while it holds jobs: after this long without a beat the reaper
@@ -23,6 +25,8 @@
 
   Returns  {server now (ms), the lapse applied (ms)}
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_ACTIVE, K_COUNTERS, K_EVENTS, K_WORKERS, K_SWEPT = unpack(KEYS, 4, 8)
 --@include common
 --@include pulse
 
@@ -32,7 +36,7 @@ if gap > 0 then
   pulse(now, gap, tonumber(ARGV[2]), ARGV[6], ARGV[1])
 end
 local lapse = ARGV[2]
-if redis.call('EXISTS', wjobs_key(ARGV[1])) == 0 then
+if redis.call('EXISTS', KEYS[3]) == 0 then
   lapse = ARGV[4]
 end
 redis.call('ZADD', K_WORKERS, now + tonumber(lapse), ARGV[1])

@@ -17,6 +17,12 @@
   KEYS[5]  dedup    hash     {job, fp, seq} of a dedup key; unused when ARGV[11] = ''
   KEYS[6]  rate     hash     {tokens, ts} token bucket of the rate subject (include/bucket.lua);
                              unused when ARGV[13] = 0. Absent = a full bucket
+  KEYS[7]  open     zset     the load subject's open index (include/common.lua, open_key):
+                             what max_pending counts with its lane; a job counted against
+                             a subject other than its lane joins it
+  KEYS[8]  own lane zset    the load subject's own lane (KEYS[3] when the subject is the
+                             lane): its pending jobs count against it
+  KEYS[9..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  job id
   ARGV[2]  lane name
@@ -45,6 +51,8 @@
            {-3, id}         dedup key bound to job `id` with another fingerprint: nothing changed
            {-4, retry_ms}   rate limited, a token is due in retry_ms: nothing changed
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_NEW, K_PENDING, K_COUNTERS, K_WAKE, K_INLANES, K_FOREIGN = unpack(KEYS, 9, 14)
 --@include common
 --@include bucket
 
@@ -84,7 +92,7 @@ end
 local subject = ARGV[10]
 if subject == '' then subject = lane end
 local limit = tonumber(ARGV[5])
-if limit > 0 and redis.call('ZCARD', open_key(subject)) >= limit then
+if limit > 0 and load_count(subject, KEYS[7], KEYS[8]) >= limit then
   return {-1, limit}
 end
 
@@ -99,7 +107,7 @@ if ARGV[7] == '1' then
 end
 -- The row, in one HSET: what no default covers. No `id` (the key holds it), no counts at
 -- 0 (readers take a missing count as 0).
-local row = {'lane', lane, 'payload', ARGV[3], 'max', ARGV[4], 'enq', now, 'state', 'pending'}
+local row = {'lane', lane, 'body', ARGV[3], 'max', ARGV[4], 'enq', now}
 if ARGV[9] ~= '0' then
   put(row, 'attempts', ARGV[9])
 end
@@ -117,7 +125,11 @@ if fp ~= '' then
   redis.call('HSET', KEYS[5], 'job', id, 'fp', fp, 'seq', seq)
   redis.call('PEXPIRE', KEYS[5], ARGV[12])
 end
-redis.call('ZADD', open_key(subject), now, id)
+if subject ~= lane then
+  -- counted against another subject: in its open index from now to the job's end (a job
+  -- of its lane's own is counted by its lane while it waits: no index entry, open_key)
+  redis.call('ZADD', KEYS[7], now, id)
+end
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
-place(id, lane, true)
+place(id, lane, true, subject ~= lane)
 return {1, id, seq}

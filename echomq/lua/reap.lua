@@ -14,6 +14,7 @@
   holder learns how long nothing can come due, so an idle queue is reaped rarely.
 
   KEYS[1]  prefix   "emq:{q}:"
+  KEYS[2..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  limit          at most this many expired leases, and this many lapsed workers
   ARGV[2]  events_maxlen
@@ -48,13 +49,14 @@
   Events   reaped {job_id, lane, why}; dead {job_id, lane, reason} when out of deliveries;
            outage {quiet_ms} when a call finds one (counter `outages`)
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_NEW, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_SWEPT, K_REAPER, K_FOREIGN = unpack(KEYS, 2, 14)
 --@include common
 --@include pulse
 
 local limit, maxlen = tonumber(ARGV[1]), ARGV[2]
 local reaper = ARGV[3] or ''
 local horizon, gap = tonumber(ARGV[5] or '0'), tonumber(ARGV[7] or '0')
-local K_REAPER = PREFIX .. 'reaper'
 local now = server_now()
 if gap > 0 then
   pulse(now, gap, horizon, maxlen, reaper)

@@ -7,6 +7,7 @@
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  job      hash
+  KEYS[3..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  job id
   ARGV[2]  token
@@ -20,6 +21,8 @@
   Returns  1 back on its lane | 0 stale
   Events   none
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_NEW, K_PENDING, K_ACTIVE, K_COUNTERS, K_REFUSED, K_WAKE, K_INLANES, K_FOREIGN = unpack(KEYS, 3, 10)
 --@include common
 
 local id, token = ARGV[1], ARGV[2]
@@ -32,5 +35,6 @@ if not holds(jk, token, ARGV[4])
 end
 unlease(id, jk)
 redis.call('HINCRBY', K_COUNTERS, 'released', 1)
-place(id, redis.call('HGET', jk, 'lane'))
+local row = redis.call('HMGET', jk, 'lane', 'load')
+place(id, row[1], false, row[2])
 return 1

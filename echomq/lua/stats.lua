@@ -5,12 +5,15 @@
   `new` plus the ring, and only the first `max lanes` of them are listed with depths.
 
   KEYS[1]  prefix   "emq:{q}:"
+  KEYS[2..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
   ARGV[1]  max lanes listed
 
   Returns  {pending (plain + lanes), active, scheduled, completed, dead,
             {lane, depth, ...}, {counter, value, ...}, {refused_op, n, ...}, server_now,
             non-empty lanes}
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_COMPLETED, K_DEAD, K_COUNTERS, K_REFUSED, K_INLANES = unpack(KEYS, 2, 11)
 --@include common
 
 -- The non-empty lanes are exactly those in `new` and the ring, each once: activations

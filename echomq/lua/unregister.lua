@@ -6,14 +6,16 @@
 
   KEYS[1]  prefix   "emq:{q}:"
   KEYS[2]  worker   hash
+  KEYS[3..]   the queue's static keys it unpacks below (echomq.keys.SCRIPT_KEYS)
 
   ARGV[1]  worker id
 
   Returns  1 if it was registered, else 0
 ]]
+-- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
+local K_WORKERS, K_REAPER = unpack(KEYS, 3, 4)
 --@include common
 
-local K_REAPER = PREFIX .. 'reaper'
 local n = redis.call('ZREM', K_WORKERS, ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('HSET', KEYS[2], 'stopped', server_now())

@@ -1,10 +1,11 @@
 """Why EchoMQ's scripts may build keys from the ``KEYS[1]`` prefix on a Valkey Cluster.
 
 Valkey documents keys a script did not declare as undefined on a cluster. EchoMQ's scripts
-receive the queue prefix ``emq:{q}:`` as ``KEYS[1]`` (and the new job's or the worker's
-key where there is one) and build the rest from it: a job row per claimed id, a lane per
-lane name, a worker's job set per lapsed worker, which no caller could list in advance.
-That is safe because of what these tests pin on a real 3-master cluster:
+declare in ``KEYS`` the queue prefix ``emq:{q}:``, the call's own keys and every static key
+of the queue they touch (``echomq.keys.SCRIPT_KEYS``), and build from the prefix only the
+keys named by data they read: a job row per claimed id, a lane per lane name, a worker's
+job set per lapsed worker, which no caller could list in advance. That is safe because of
+what these tests pin on a real 3-master cluster:
 
 * every key a queue ever writes carries its hash tag, so all of them are in the prefix's
   slot, on the one node that owns it (``test_every_key_a_queue_writes_is_in_its_slot``);

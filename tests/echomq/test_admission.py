@@ -193,6 +193,54 @@ async def test_a_shared_lane_keeps_the_cap_per_load_subject(q: echomq.Queue) -> 
     assert [i.job_id for i in await q.lanes.unfinished("a", limit=1)] == open_a[:1]
 
 
+async def test_a_job_waiting_in_its_own_lane_takes_no_index_entry(q: echomq.Queue) -> None:
+    # The lane counts its own waiting jobs; the open index holds them only while they are
+    # out of it (active, scheduled): one sorted-set entry less per pending job.
+    jid = await q.lanes.enqueue("p", {"i": 0})
+    index = q.keys.open("p")
+    assert (await q.conn.zcard(index), await q.lanes.load("p")) == (0, 1)
+    c = await q.lanes.claim("w", LEASE)
+    assert c is not None and c.job_id == jid
+    assert (await q.conn.zcard(index), await q.lanes.load("p")) == (1, 1)
+    assert await q.jobs.release(c.job_id, c.token)
+    assert (await q.conn.zcard(index), await q.lanes.load("p")) == (0, 1)
+    c = await q.lanes.claim("w", LEASE)
+    assert c is not None
+    assert await q.jobs.fail(c.job_id, c.token, "boom", retry_in_ms=60_000) == "scheduled"
+    assert (await q.conn.zcard(index), await q.lanes.load("p")) == (1, 1)
+    assert [i.state for i in await q.lanes.unfinished("p")] == ["scheduled"]
+    with pytest.raises(echomq.LaneFull):
+        await q.lanes.submit("p", {"i": 1}, max_pending=1)
+
+
+async def test_a_lane_shared_by_subjects_counts_each_job_once_against_its_subject(
+    q: echomq.Queue,
+) -> None:
+    # Lane "a" holds two jobs of its own and one counted against "b"; lane "c" holds one
+    # counted against "a". Each subject's load and list are exactly its own jobs.
+    own = [await q.lanes.enqueue("a", {"i": i}) for i in range(2)]
+    lent = (await q.lanes.submit("a", {"i": 2}, load_subject="b")).job_id
+    borrowed = (await q.lanes.submit("c", {"i": 3}, load_subject="a")).job_id
+
+    async def loads() -> tuple[int, ...]:
+        return tuple([await q.lanes.load(s) for s in ("a", "b", "c")])
+
+    assert await loads() == (3, 1, 0)
+    assert [i.job_id for i in await q.lanes.unfinished("a")] == [*own, borrowed]
+    assert [i.job_id for i in await q.lanes.unfinished("a", limit=2)] == own
+    assert [i.job_id for i in await q.lanes.unfinished("b")] == [lent]
+    assert await q.lanes.unfinished("c") == []
+    with pytest.raises(echomq.LaneFull):
+        await q.lanes.submit("a", {"i": 4}, max_pending=3)
+    claims = [await q.lanes.claim("w", LEASE) for _ in range(4)]
+    assert await loads() == (3, 1, 0)  # leased, still unfinished, still theirs
+    assert {i.state for i in await q.lanes.unfinished("a")} == {"active"}
+    for c in claims:
+        assert c is not None and await q.jobs.complete(c.job_id, c.token)
+    assert await loads() == (0, 0, 0)
+    assert not await q.conn.exists(q.keys.foreign)  # no lane waits: the count is gone
+
+
 # -- argument checks ----------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import echomq
 from echomq.codec import dumps, text
 from echomq.jobs import COMPLETE_CHUNK
@@ -104,13 +106,14 @@ async def test_a_claim_bumps_a_large_token_exactly(q: echomq.Queue) -> None:
     assert await q.jobs.complete(jid, c.token) is True
 
 
-async def test_a_pending_row_holds_no_id_and_no_zero_counts(q: echomq.Queue) -> None:
+async def test_a_pending_row_holds_no_id_no_zero_counts_and_no_state(q: echomq.Queue) -> None:
     plain = await q.jobs.enqueue(GUESS)
     lane = (await q.lanes.submit("PLR_x", GUESS, seq_scope="RND_y")).job_id
     plain_row = await q.conn.hgetall(q.keys.job(plain))
     lane_row = await q.conn.hgetall(q.keys.job(lane))
-    assert set(plain_row) == {b"payload", b"max", b"enq", b"state"}
-    assert set(lane_row) == {b"lane", b"payload", b"max", b"enq", b"state", b"seq"}
+    # pending is a row with no state (a row that waits carries what no default covers)
+    assert set(plain_row) == {b"body", b"max", b"enq"}
+    assert set(lane_row) == {b"lane", b"body", b"max", b"enq", b"seq"}
     # and the readers still see every field
     info = await q.jobs.get(lane)
     assert info is not None
@@ -124,6 +127,27 @@ async def test_a_pending_row_holds_no_id_and_no_zero_counts(q: echomq.Queue) -> 
     )
     assert info.payload == GUESS and info.state == "pending"
     assert [i.job_id for i in await q.lanes.unfinished("PLR_x")] == [lane]
+
+
+@pytest.mark.parametrize("source", ["lanes", "jobs"])
+async def test_a_row_written_before_the_body_field_is_claimed_with_its_payload(
+    q: echomq.Queue, source: str
+) -> None:
+    # Rows in flight across the upgrade that renamed `payload` to `body` keep their payload.
+    if source == "lanes":
+        jid = await q.lanes.enqueue("PLR_x", GUESS)
+    else:
+        jid = await q.jobs.enqueue(GUESS)
+    jk = q.keys.job(jid)
+    body = await q.conn.hget(jk, "body")
+    await q.conn.hdel(jk, "body")
+    await q.conn.hset(jk, "payload", body)
+    info = await q.jobs.get(jid)
+    assert info is not None and info.payload == GUESS
+    side = q.lanes if source == "lanes" else q.jobs
+    c = await side.claim("w", LEASE)
+    assert c is not None and c.job_id == jid and c.payload == GUESS
+    assert await q.jobs.complete(jid, c.token)
 
 
 async def test_the_embedded_server_keeps_a_guess_row_a_listpack(q: echomq.Queue) -> None:

@@ -163,8 +163,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "every script that takes a job out of `active` also deletes the row's `worker` "
       "(unlease, complete), so a row naming the worker is always active"),
     M("claim-no-worker-set", "owner filtering", "include/common.lua",
-      "redis.call('SADD', wjobs_key(worker), unpack(good, first, last))",
-      "redis.call('TYPE', wjobs_key(worker))", REAP,
+      "redis.call('SADD', K_HELD, unpack(good, first, last))",
+      "redis.call('TYPE', K_HELD)", REAP,
       "a dead worker's jobs wait out the whole lease (not reclaimed on lapse)"),
     # -- lane order: sparse lanes first, then the ring, alternating ---------------------
     M("lane-no-alternation", "lane order", "lane_claim.lua",

@@ -1,6 +1,22 @@
 -- Shared helpers, spliced into each transition script by scripts.py at load time.
--- Every key is built from the queue prefix (KEYS[1], "emq:{q}:"), which carries the
--- queue's hash tag, so a queue's keys all live in one Valkey Cluster slot.
+--
+-- Keys. Every script is handed the keys it touches in KEYS: KEYS[1] the queue prefix
+-- ("emq:{q}:", carrying the queue's hash tag, so all of a queue's keys live in one Valkey
+-- Cluster slot), then the call's own keys, then the queue's static keys the script uses,
+-- unpacked by its first lines into K_NEW, K_ACTIVE, … (the list, in order, is
+-- echomq.keys.SCRIPT_KEYS; tests/echomq/test_keys.py checks each script declares every
+-- K_ its code and the helpers it calls use). A claim also gets its worker's job set, its
+-- description and its memo (K_HELD, K_HOLDER, K_MEMO), a heartbeat its job set (K_HELD).
+--
+-- Built here from the prefix, only where the name comes from data the script reads, so
+-- no caller could name it beforehand:
+--   job:<id>      rows of ids popped from a lane, the pending or scheduled set, the
+--                 active set, a worker's job set or a claim memo (claim, promote, reap)
+--   lane:<name>   the lane a row or the new/ring lists name (place, lane_claim, stats)
+--   open:<name>   the load subject a row names (unload, complete, retry_dead)
+--   wjobs:<id>    the holder a row names (unlease, complete), a lapsed worker (reap)
+--   worker:<id>   a lapsed worker's description (reap)
+-- They share the prefix, so they hash to the same slot as the keys declared.
 
 local PREFIX = KEYS[1]
 
@@ -13,24 +29,21 @@ end
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function lane_key(lane) return PREFIX .. 'lane:' .. lane end
 local function wjobs_key(worker) return PREFIX .. 'wjobs:' .. worker end
--- A load subject's unfinished jobs (pending, active, scheduled), score = enqueue time:
--- what max_pending caps (ZCARD) and what Lanes.unfinished lists, bounded by that cap.
+-- A load subject's open index, score = enqueue time: its unfinished jobs but those the
+-- subject's own lane already holds. A lane job whose load subject is its lane (no `load`
+-- on its row: the usual case) is in the index while active or scheduled; a job counted
+-- against another subject (`load`) is in that subject's index from enqueue to its end,
+-- pending included, and counted in K_FOREIGN while it waits in its lane. So
+--   unfinished(s) = ZCARD(open:s) + ZCARD(lane:s) - HGET(foreign, s)
+-- (load_count; unfinished.lua), what max_pending caps and what Lanes.unfinished lists, and a pending job
+-- costs no index entry: one fewer sorted-set entry per job waiting in a lane.
 local function open_key(subject) return PREFIX .. 'open:' .. subject end
 
-local K_NEW       = PREFIX .. 'new'   -- activated lanes, served first (lane_claim)
-local K_RING      = PREFIX .. 'ring'  -- lanes that stayed non-empty, round-robin
-local K_OWED      = PREFIX .. 'owed'  -- '1': the last lane claim served `new`
-local K_PENDING   = PREFIX .. 'pending'
-local K_ACTIVE    = PREFIX .. 'active'
-local K_SCHEDULED = PREFIX .. 'scheduled'
-local K_COMPLETED = PREFIX .. 'completed'
-local K_DEAD      = PREFIX .. 'dead'
-local K_COUNTERS  = PREFIX .. 'counters'
-local K_REFUSED   = PREFIX .. 'refused'
-local K_EVENTS    = PREFIX .. 'events'
-local K_WAKE      = PREFIX .. 'wake'
-local K_WORKERS   = PREFIX .. 'workers'
-local K_INLANES  = PREFIX .. 'inlanes' -- jobs waiting in lanes, in all (stats: O(1))
+-- `open_k`, `lane_k`: the subject's open index and lane, as the caller declared them.
+local function load_count(subject, open_k, lane_k)
+  local n = redis.call('ZCARD', open_k) + redis.call('ZCARD', lane_k)
+  return n - (tonumber(redis.call('HGET', K_FOREIGN, subject) or '0') or 0)
+end
 
 -- Leave one token on the wake list for a parked consumer. At most one token is ever
 -- kept: a consumer that wakes and finds more work left passes the token on.
@@ -47,8 +60,14 @@ end
 -- ring's bound does not depend on how many activations arrive. A non-empty lane is
 -- already in `new` or the ring (lane_claim moves it), so each non-empty lane is in
 -- exactly one of the two lists, once, and no empty lane is in either.
--- `state_written`: the caller already set state=pending in its own HSET of the row.
-local function place(id, lane, state_written)
+-- A pending row has no `state` field: pending is what a row without one is (readers say
+-- so: JobInfo, and every script's check wants 'active', 'dead' or 'completed'), which keeps
+-- 16 bytes off each of the many rows that wait (docs/performance.md, memory).
+-- `state_written`: the caller wrote the row just now, with no state (a new job: in no
+-- index yet). `load`: the row's `load` (false: none; the lane is its subject).
+-- A job of its lane's own leaves the open index, which its lane now stands in for; one
+-- counted against another subject stays in that one's and is counted foreign meanwhile.
+local function place(id, lane, state_written, load)
   if lane and lane ~= '' then  -- HGET answers false for a row with no lane (the plain queue)
     local lk = lane_key(lane)
     redis.call('ZADD', lk, 0, id)
@@ -56,11 +75,16 @@ local function place(id, lane, state_written)
     if redis.call('ZCARD', lk) == 1 then
       redis.call('RPUSH', K_NEW, lane)
     end
+    if load then
+      redis.call('HINCRBY', K_FOREIGN, lane, 1)
+    elseif not state_written then
+      redis.call('ZREM', open_key(lane), id)
+    end
   else
     redis.call('ZADD', K_PENDING, 0, id)
   end
   if not state_written then
-    redis.call('HSET', job_key(id), 'state', 'pending')
+    redis.call('HDEL', job_key(id), 'state')
   end
   wake()
 end
@@ -113,7 +137,8 @@ local function promote(now, limit)
     redis.call('ZREM', K_SCHEDULED, id)
     local jk = job_key(id)
     redis.call('HDEL', jk, 'due')
-    place(id, redis.call('HGET', jk, 'lane'))
+    local row = redis.call('HMGET', jk, 'lane', 'load')
+    place(id, row[1], false, row[2])
   end
   if #due > 0 then
     redis.call('HINCRBY', K_COUNTERS, 'promoted', #due)
@@ -160,8 +185,9 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- is not a hash, is dropped and counted (`dropped`).
 --
 -- Two commands per row: one HMGET reads the fencing token and everything the claim tuple
--- carries, one HSET writes the new token (attempts + 1, the increment HINCRBY would make,
--- computed here from the count just checked) and the lease.
+-- carries (the payload is the row's `body`; `payload` in a row written before that name),
+-- one HSET writes the new token (attempts + 1, the increment HINCRBY would make, computed
+-- here from the count just checked) and the lease.
 --
 -- A claim also proves the worker alive: a registered worker's heartbeat deadline moves to
 -- now + its lapse, so an idle worker (which beats rarely, with a long deadline) that
@@ -172,34 +198,49 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- complete, fail, extend and release), and the ids leased are remembered under
 -- claim:<claim_id> for `memo_ms`, so a re-run of the same call (a client retrying after
 -- a lost reply) answers the same batch (claim_replay) instead of leasing a second one.
-local function claim_memo_key(claim_id) return PREFIX .. 'claim:' .. claim_id end
-
+-- K_HELD (the worker's job set), K_HOLDER (its description) and K_MEMO (claim:<claim_id>)
+-- are the claim script's own keys, KEYS[2..4].
 local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
   local out, scored, good, rows = {}, {}, {}, {}
   if #ids == 0 then return out end
-  local malformed, dropped = {}, 0
+  local malformed, dropped, foreign = {}, 0, {}
   for _, id in ipairs(ids) do
-    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state', 'lane', 'payload',
-      'seq', 'enq', 'stalls', 'headers')
-    if type(row) ~= 'table' or row.err or not row[2] then
+    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state', 'lane', 'body',
+      'seq', 'enq', 'stalls', 'headers', 'load', 'payload')
+    if type(row) ~= 'table' or row.err or not (row[2] or row[6]) then
+      -- no row (a pending one has no state, but every row has `enq`)
       dropped = dropped + 1
-    elseif count(row[1], 0) == nil then
-      malformed[#malformed + 1] = {id, row[3] or ''}
     else
-      good[#good + 1] = id
-      rows[#rows + 1] = row
+      if row[3] and row[9] then
+        -- counted against another subject: it leaves its lane's foreign count (and stays
+        -- in that subject's open index, where it has been since its enqueue)
+        foreign[row[3]] = (foreign[row[3]] or 0) + 1
+      end
+      if count(row[1], 0) == nil then
+        malformed[#malformed + 1] = {id, row[3] or ''}
+      else
+        good[#good + 1] = id
+        rows[#rows + 1] = row
+      end
     end
   end
   -- All checks passed; writes start here.
   local until_ms = now + lease_ms
+  local opened = {}  -- lane -> {enq, id, ...}: its own jobs, now unfinished outside it
   for i, id in ipairs(good) do
     local row = rows[i]
+    if row[3] and row[3] ~= '' and not row[9] then
+      local entries = opened[row[3]] or {}
+      entries[#entries + 1] = row[6] or now
+      entries[#entries + 1] = id
+      opened[row[3]] = entries
+    end
     local token = count(row[1], 0) + 1
     -- %d: a Lua number passed as is would be written as %.14g (1e+15 past 14 digits)
     redis.call('HSET', job_key(id), 'attempts', string.format('%d', token), 'state', 'active',
       'lease', until_ms, 'worker', worker, 'lid', claim_id)
-    out[i] = {id, row[3] or '', row[4] or '', token, until_ms, row[5] or '', row[6] or '0',
-              row[7] or '0', row[8] or '', claim_id}
+    out[i] = {id, row[3] or '', row[4] or row[10] or '', token, until_ms, row[5] or '',
+              row[6] or '0', row[7] or '0', row[8] or '', claim_id}
     scored[2 * i - 1] = until_ms
     scored[2 * i] = id
   end
@@ -211,18 +252,28 @@ local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
   if dropped > 0 then
     redis.call('HINCRBY', K_COUNTERS, 'dropped', dropped)
   end
+  for lane, n in pairs(foreign) do
+    if redis.call('HINCRBY', K_FOREIGN, lane, -n) <= 0 then
+      redis.call('HDEL', K_FOREIGN, lane)
+    end
+  end
+  for lane, entries in pairs(opened) do
+    for first = 1, #entries, 2000 do  -- unpack() is bounded by Lua's C stack: in slices
+      redis.call('ZADD', open_key(lane), unpack(entries, first, math.min(first + 1999, #entries)))
+    end
+  end
   if #good == 0 then return out end
   -- unpack() is bounded by Lua's C stack: send big batches in slices
   for first = 1, #good, 1000 do
     local last = math.min(first + 999, #good)
     redis.call('ZADD', K_ACTIVE, unpack(scored, 2 * first - 1, 2 * last))
-    redis.call('SADD', wjobs_key(worker), unpack(good, first, last))
+    redis.call('SADD', K_HELD, unpack(good, first, last))
   end
   redis.call('HINCRBY', K_COUNTERS, 'claimed', #good)
   if claim_id ~= '' and memo_ms > 0 then
-    redis.call('SET', claim_memo_key(claim_id), cjson.encode(good), 'PX', memo_ms)
+    redis.call('SET', K_MEMO, cjson.encode(good), 'PX', memo_ms)
   end
-  local lapse = tonumber(redis.call('HGET', PREFIX .. 'worker:' .. worker, 'lapse_ms') or '')
+  local lapse = tonumber(redis.call('HGET', K_HOLDER, 'lapse_ms') or '')
   if lapse then
     redis.call('ZADD', K_WORKERS, 'XX', now + lapse, worker)
   end
@@ -233,10 +284,10 @@ end
 -- job set, the one key named by the caller that a foreign value could make refuse SADD
 -- after the batch was popped. (The memo key is read by claim_replay's GET, which refuses
 -- a foreign type before any write too.) Returns an error reply, or nil.
-local function claim_precheck(worker)
-  local wt = redis.call('TYPE', wjobs_key(worker))['ok']
+local function claim_precheck()
+  local wt = redis.call('TYPE', K_HELD)['ok']
   if wt ~= 'none' and wt ~= 'set' then
-    return redis.error_reply('ERR ' .. wjobs_key(worker) .. ' is a ' .. wt .. ', not a set')
+    return redis.error_reply('ERR ' .. K_HELD .. ' is a ' .. wt .. ', not a set')
   end
   return nil
 end
@@ -246,17 +297,18 @@ end
 -- come back: a job reaped or finished since is not the caller's any more. Writes nothing.
 local function claim_replay(worker, claim_id)
   if claim_id == '' then return nil end
-  local memo = redis.call('GET', claim_memo_key(claim_id))
+  local memo = redis.call('GET', K_MEMO)
   if not memo then return nil end
   local ok, ids = pcall(cjson.decode, memo)
   if not ok or type(ids) ~= 'table' then return nil end
   local out = {}
   for _, id in ipairs(ids) do
     local row = redis.call('HMGET', job_key(id), 'state', 'lid', 'worker', 'attempts', 'lease',
-      'lane', 'payload', 'seq', 'enq', 'stalls', 'headers')
+      'lane', 'body', 'seq', 'enq', 'stalls', 'headers', 'payload')
     if row[1] == 'active' and row[2] == claim_id and row[3] == worker then
-      out[#out + 1] = {id, row[6] or '', row[7] or '', tonumber(row[4]), tonumber(row[5]),
-                       row[8] or '', row[9] or '0', row[10] or '0', row[11] or '', claim_id}
+      out[#out + 1] = {id, row[6] or '', row[7] or row[12] or '', tonumber(row[4]),
+                       tonumber(row[5]), row[8] or '', row[9] or '0', row[10] or '0',
+                       row[11] or '', claim_id}
     end
   end
   return out
@@ -267,7 +319,7 @@ end
 -- counts HINCRBY would refuse goes dead as malformed instead of stopping the reaper.
 local function stall(id, now, maxlen, why)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max')
+  local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max', 'load')
   local lane = row[1] or ''
   local failures, stalls, max = count(row[2], 0), count(row[3], 0), count(row[4], 1)
   if failures == nil or stalls == nil or max == nil then
@@ -284,7 +336,7 @@ local function stall(id, now, maxlen, why)
     to_dead(id, jk, lane, now, 'lease expired too often')
     emit(maxlen, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'lease expired too often')
   else
-    place(id, lane)
+    place(id, lane, false, row[5])
   end
 end
 

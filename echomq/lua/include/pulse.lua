@@ -16,9 +16,9 @@
 -- queued beat lands. No stall is charged for an outage. Counter `outages`, event
 -- `outage {quiet_ms}`.
 --
--- `swept` is a hash: at = server time of the last beat or reap call, by = its caller,
+-- `swept` (K_SWEPT, declared by the script) is a hash: at = server time of the last beat
+-- or reap call, by = its caller,
 -- busy = '1' if anything was active then.
-local K_SWEPT = PREFIX .. 'swept'
 
 local function pulse(now, gap_ms, grace_ms, maxlen, by)
   local prev = redis.call('HMGET', K_SWEPT, 'at', 'busy')
