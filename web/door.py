@@ -33,7 +33,7 @@ Envoy's adaptive concurrency) do together:
   Shed: ``503 overloaded`` with ``Retry-After``.
 * **An address's share under overload.** While the door is overloaded (the adaptive bound
   below the configured one, or requests waiting), an address's heavy guesses (over HTTP or
-  the socket) are admitted at most at :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE`
+  the socket) are admitted at most at :data:`HEAVY_FLOOR` a second plus :data:`HEAVY_SHARE`
   of its light ones; past that they are shed at once. Reads are not charged: an accepted
   guess is what costs the honest players
   even when each heavy request is admitted after theirs: every accepted guess is scored by
@@ -109,12 +109,15 @@ FIELD_SPAN_S = 5.0
 FIELD_MAX_SENDERS = 4096  # the field's sample: a flood of new tokens is not all counted
 LIGHT_FLOOR = 2.0
 # While the door is overloaded (its adaptive bound below the configured one, or requests
-# waiting), an address's heavy requests are admitted at most at LIGHT_RATE a second plus
-# this share of its light ones: what the mashers of one address are let in is one honest
-# pace, not ten of them (10 mashers at the game's rate each were 100 accepted guesses a
-# second, each scored by the workers on the same two cores as the honest players' own),
-# while an address of many honest players whose bursts tip a few of them heavy keeps a
-# share in proportion to what it sends lightly (bench_game's 1,000/s from 200 players).
+# waiting), an address's heavy guesses are admitted at most at HEAVY_FLOOR a second plus
+# HEAVY_SHARE of its light ones: what the mashers of one address are let in is two honest
+# paces, not ten (10 mashers at the game's rate each were 100 accepted guesses a second,
+# each scored by the workers on the same two cores as the honest players' own), while an
+# address of many honest players whose bursts tip a few of them heavy keeps a share in
+# proportion to what it sends lightly (bench_game's 1,000/s from 200 players). Two paces,
+# not one: a single player spending its bucket's burst still gets past its refill rate, so
+# Valkey refuses it and the bucket mirror answers its next guesses 429 without the door.
+HEAVY_FLOOR = 2 * LIGHT_RATE
 HEAVY_SHARE = 0.25
 # A light request waits this many times --door-wait-ms before it is shed: when light ones
 # wait, the light slots are held by other light requests, which a CPU-starved process
@@ -355,10 +358,10 @@ class Gate:
     def over_share(self, address: str, now: float) -> bool:
         """Whether a heavy guess of ``address`` is past its address's share now: while
         the door is overloaded, heavy guesses admitted from one address are bounded by
-        :data:`LIGHT_RATE` a second plus :data:`HEAVY_SHARE` of its light ones."""
+        :data:`HEAVY_FLOOR` a second plus :data:`HEAVY_SHARE` of its light ones."""
         if not self.max_limit or not self.overloaded:
             return False
-        allowed = self.light_rate + HEAVY_SHARE * self.light_in.rate(address, now)
+        allowed = HEAVY_FLOOR + HEAVY_SHARE * self.light_in.rate(address, now)
         return self.heavy_in.rate(address, now) >= allowed
 
     def idle_after(self, seconds: float) -> float:

@@ -10,7 +10,16 @@ import math
 import pytest
 
 from codemojex.admission import BucketMirror, address_key
-from web.door import LIGHT_PATIENCE, LIGHT_RATE, MAX_WAITING, FlowRates, Gate, Shed, through
+from web.door import (
+    HEAVY_FLOOR,
+    LIGHT_PATIENCE,
+    LIGHT_RATE,
+    MAX_WAITING,
+    FlowRates,
+    Gate,
+    Shed,
+    through,
+)
 
 
 class Clock:
@@ -272,7 +281,7 @@ async def test_under_overload_an_address_heavy_admissions_keep_to_its_share(
     # Not overloaded: a sender is let in as fast as it asks (80 in 0.8 s; heavy from the
     # ~20th, when its rate passes an honest pace).
     assert [await masher() for _ in range(80)] == ["served"] * 80
-    assert gate.heavy_in.rate("10.0.0.2", clock.t) > LIGHT_RATE
+    assert gate.heavy_in.rate("10.0.0.2", clock.t) > HEAVY_FLOOR
     # The gradient shrank the bound: that address's heavy guesses are past its share ...
     gate.limit, gate.timed_at = 2, clock.t
     assert gate.overloaded
