@@ -55,7 +55,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .backoff import Backoff
 from .claims import ClaimRecord, ClaimTracker, Key, key_of, split_suspects
-from .codec import text
 from .errors import Unavailable
 from .heartbeat import Heartbeat
 from .hooks import HookChain, Hooks, checked
@@ -451,15 +450,7 @@ class Consumer:
             if extra:
                 # Handed back before the kept ones may start: a kept job that kills this
                 # process must not take a release still in flight down with it.
-                done = await asyncio.gather(
-                    *(self.queue.jobs.release(c.job_id, c.token) for c in extra),
-                    return_exceptions=True,
-                )
-                self.released += sum(1 for ok in done if ok is True)
-                unsure = unsure or any(isinstance(ok, BaseException) for ok in done)
-                for claim, ok in zip(extra, done, strict=True):
-                    if isinstance(ok, bool):
-                        await self._hooks.released(claim, ok)
+                unsure = await self._outcomes.release_suspects(extra) or unsure
             for claim in kept:
                 self._tracker.hold(claim)
                 self._ready.put_nowait(claim)
@@ -555,30 +546,9 @@ class Consumer:
         return hold
 
     async def _release_orphans(self) -> None:
-        """Hand back the jobs the server says we hold but we never heard of.
-
-        A claim whose answer was lost (the connection broke under it, the server crashed
-        after applying it) leased us jobs we know nothing of. Left alone they would wait
-        out their lease and be counted as stalls, as if we had died running them; and
-        since a reaped job goes back to the front of its lane, the next broken claim would
-        likely take it again, until it was dead-lettered without ever having run. A
-        release spends no delivery; a stale one (the job moved on) changes nothing.
-        """
-        conn = self.queue.conn
-        known = {c.job_id for c in self._tracker.claims()}
-        ids = [text(x) for x in await conn.smembers(self.queue.keys.worker_jobs(self.worker_id))]
-        for job_id in ids:
-            if job_id in known:
-                continue
-            # The token is read from the row, so it may be someone else's by now (the job
-            # was reaped and claimed again): the release names us as the holder, and is
-            # stale unless the lease is still ours.
-            token = await conn.hget(self.queue.keys.job(job_id), "attempts")
-            if token is not None and await self.queue.jobs.release(
-                job_id, int(token), worker_id=self.worker_id
-            ):
-                self.released += 1
-                log.info("released %s, leased to us by a claim whose answer was lost", job_id)
+        """Hand back the jobs a claim whose answer was lost leased to us (see
+        :meth:`~echomq.outcomes.Outcomes.release_orphans`)."""
+        await self._outcomes.release_orphans({c.job_id for c in self._tracker.claims()})
 
     async def _park_until_woken(self, got: ClaimBatch) -> None:
         timeout_ms = self.park_max_ms

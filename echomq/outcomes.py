@@ -1,5 +1,6 @@
 """``Outcomes``: a finished job's outcome sent under its token (complete, fail, release),
-and the consumer's counts of them.
+the hand-backs of jobs the consumer will not run (suspects beyond the first of a batch,
+jobs a lost claim answer leased to it), and the consumer's counts of them.
 
 A transition that meets an error is retried with backoff within the job's lease (the
 lease keeper renews the lease of a stuck outcome meanwhile); once the lease has surely
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from .backoff import Backoff
 from .claims import ClaimTracker, Key, key_of
+from .codec import text
 from .errors import Retry
 from .hooks import HookChain
 from .outbox import Outbox
@@ -157,6 +159,46 @@ class Outcomes:
         if ok:
             self.counts.released += 1
         await self.hooks().released(claim, ok)
+
+    async def release_suspects(self, extra: Sequence[Claim]) -> bool:
+        """Hand back, at once and together, the suspects a claim brought beyond the one it
+        keeps (see :func:`~echomq.claims.split_suspects`); True if a release met an error
+        (the server may still hold one of them leased to us)."""
+        done = await asyncio.gather(
+            *(self.queue.jobs.release(c.job_id, c.token) for c in extra),
+            return_exceptions=True,
+        )
+        self.counts.released += sum(1 for ok in done if ok is True)
+        for claim, ok in zip(extra, done, strict=True):
+            if isinstance(ok, bool):
+                await self.hooks().released(claim, ok)
+        return any(isinstance(ok, BaseException) for ok in done)
+
+    async def release_orphans(self, known: set[str]) -> None:
+        """Hand back the jobs the server says we hold but we never heard of (``known``:
+        the ids we hold).
+
+        A claim whose answer was lost (the connection broke under it, the server crashed
+        after applying it) leased us jobs we know nothing of. Left alone they would wait
+        out their lease and be counted as stalls, as if we had died running them; and
+        since a reaped job goes back to the front of its lane, the next broken claim would
+        likely take it again, until it was dead-lettered without ever having run. A
+        release spends no delivery; a stale one (the job moved on) changes nothing.
+        """
+        conn = self.queue.conn
+        ids = [text(x) for x in await conn.smembers(self.queue.keys.worker_jobs(self.worker_id))]
+        for job_id in ids:
+            if job_id in known:
+                continue
+            # The token is read from the row, so it may be someone else's by now (the job
+            # was reaped and claimed again): the release names us as the holder, and is
+            # stale unless the lease is still ours.
+            token = await conn.hget(self.queue.keys.job(job_id), "attempts")
+            if token is not None and await self.queue.jobs.release(
+                job_id, int(token), worker_id=self.worker_id
+            ):
+                self.counts.released += 1
+                log.info("released %s, leased to us by a claim whose answer was lost", job_id)
 
     async def fail(self, claim: Claim, error: BaseException) -> None:
         """Fail ``claim`` with ``error`` (retried with backoff, or dead), within its lease."""

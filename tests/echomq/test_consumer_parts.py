@@ -470,3 +470,25 @@ async def test_a_completion_goes_through_the_outbox_and_is_counted(q: echomq.Que
     info = await q.jobs.get(c.job_id)
     assert info is not None and info.state == "completed" and info.result == {"ok": 1}
     assert out.counts.completed + out.counts.stale == 2
+
+
+async def test_suspects_beyond_the_first_go_back_at_once(q: echomq.Queue) -> None:
+    a, b = await _claimed(q, 2)
+    out = _outcomes(q, ClaimTracker())
+    assert await out.release_suspects([a, b]) is False  # no error: nothing left unsure
+    assert out.counts.released == 2
+    assert await locations(q, a.job_id) == await locations(q, b.job_id) == ["pending"]
+    assert await out.release_suspects([a]) is False  # stale: refused, not an error
+    assert out.counts.released == 2
+
+
+async def test_jobs_leased_by_a_claim_whose_answer_was_lost_are_handed_back(
+    q: echomq.Queue,
+) -> None:
+    await q.heartbeat("W", 3_000)  # a registered worker: the server records what it holds
+    known, orphan = await _claimed(q, 2)
+    out = _outcomes(q, ClaimTracker())
+    await out.release_orphans({known.job_id})
+    assert out.counts.released == 1
+    assert await locations(q, orphan.job_id) == ["pending"]
+    assert await locations(q, known.job_id) == ["active"]
