@@ -1,6 +1,7 @@
 """EchoMQ benchmark: prints figures, it is not a test.
 
     uv run python -m bench.bench_echomq [--jobs N] [--appendfsync always|everysec|no] [--json OUT]
+    uv run python -m bench.bench_echomq --memory-only    # section 3's memory alone
 
 Starts its own ``valkey-server`` (``echomq.server.EmbeddedValkey``, AOF on) in a temp dir and
 measures, in one run:
@@ -796,6 +797,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             info = await conn.info("server")
             report["machine"] = machine(info)
             print_machine(report["machine"], server)
+            if a.memory_only:
+                report["memory"] = await memory(conn, a.memory_jobs, a.lanes)
+                print_memory(report["memory"])
+                return report
 
             c = await ceiling(conn, server.port, server.url)
             report["ceiling"] = c
@@ -1001,6 +1006,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--lanes", type=int, default=100)
     p.add_argument("--memory-jobs", type=int, default=100_000)
+    p.add_argument(
+        "--memory-only", action="store_true", help="measure section 3's memory alone, then stop"
+    )
     p.add_argument(
         "--no-also-always",
         dest="also_always",
