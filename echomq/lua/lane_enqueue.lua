@@ -92,7 +92,7 @@ end
 local subject = ARGV[10]
 if subject == '' then subject = lane end
 local limit = tonumber(ARGV[5])
-if limit > 0 and load_count(subject, KEYS[7], KEYS[8]) >= limit then
+if limit > 0 and at_cap(subject, KEYS[7], KEYS[8], limit) then
   return {-1, limit}
 end
 

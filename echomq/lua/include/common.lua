@@ -40,9 +40,21 @@ local function wjobs_key(worker) return PREFIX .. 'wjobs:' .. worker end
 local function open_key(subject) return PREFIX .. 'open:' .. subject end
 
 -- `open_k`, `lane_k`: the subject's open index and lane, as the caller declared them.
+local function foreign_of(subject)
+  return tonumber(redis.call('HGET', K_FOREIGN, subject) or '0') or 0
+end
+
 local function load_count(subject, open_k, lane_k)
+  return redis.call('ZCARD', open_k) + redis.call('ZCARD', lane_k) - foreign_of(subject)
+end
+
+-- Whether the subject already has `limit` unfinished jobs (max_pending). The foreign count
+-- only lowers the sum, so it is read only when the two depths alone reach the limit: the
+-- usual admission costs two ZCARDs, as the one ZCARD and one ZADD of an index that held
+-- waiting jobs did.
+local function at_cap(subject, open_k, lane_k, limit)
   local n = redis.call('ZCARD', open_k) + redis.call('ZCARD', lane_k)
-  return n - (tonumber(redis.call('HGET', K_FOREIGN, subject) or '0') or 0)
+  return n >= limit and n - foreign_of(subject) >= limit
 end
 
 -- Leave one token on the wake list for a parked consumer. At most one token is ever
