@@ -7,8 +7,10 @@ by FLUSHALL. A test that needs to stop, kill or reconfigure a server starts its 
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -18,6 +20,19 @@ import redis.asyncio
 from echomq.server import EmbeddedValkey
 from tests.cluster import ValkeyCluster
 from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The suite starts hundreds of Python processes (`codemojex up`, its web and workers,
+    # chaos children). Where PYTHONDONTWRITEBYTECODE is set none of them writes bytecode,
+    # so each recompiled the project's modules it imported. Written once here, by the
+    # controller, before any worker starts; the installed packages' bytecode comes from
+    # `uv sync` (compile-bytecode in pyproject.toml).
+    if not hasattr(config, "workerinput"):
+        for package in ("echomq", "codemojex", "web", "bench", "tests", "tools"):
+            compileall.compile_dir(ROOT / package, quiet=1, workers=0)
 
 
 @pytest.fixture(scope="session")
