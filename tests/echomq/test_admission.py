@@ -241,6 +241,19 @@ async def test_a_lane_shared_by_subjects_counts_each_job_once_against_its_subjec
     assert not await q.conn.exists(q.keys.foreign)  # no lane waits: the count is gone
 
 
+async def test_a_job_lent_to_another_subject_leaves_room_under_its_lanes_cap(
+    q: echomq.Queue,
+) -> None:
+    # Lane "a" holds one job of its own and one counted against "b": "a" has 1 unfinished
+    # job, so a cap of 2 admits one more (the lane's depth alone would say 2: full).
+    await q.lanes.enqueue("a", {"i": 0})
+    await q.lanes.submit("a", {"i": 1}, load_subject="b")
+    assert await q.conn.zcard(q.keys.lane("a")) == 2
+    assert (await q.lanes.submit("a", {"i": 2}, max_pending=2)).created
+    with pytest.raises(echomq.LaneFull):
+        await q.lanes.submit("a", {"i": 3}, max_pending=2)
+
+
 # -- argument checks ----------------------------------------------------------------------------
 
 
