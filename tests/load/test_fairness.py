@@ -172,8 +172,13 @@ async def test_through_the_game_honest_guesses_jump_the_mashers(
     start_up: Callable[..., Up],
 ) -> None:
     """The real path: guesses POSTed to ``codemojex up`` (no workers; the test is the
-    worker), each player on its own lane, claimed from the game's queue."""
-    up = start_up("--workers", "0", "--lane-cap", "1000", "--guess-rate", "0")
+    worker), each player on its own lane, claimed from the game's queue. The door is off
+    (``--door-in-flight 0``): what is under test is the order the lanes serve a backlog in,
+    so every masher guess must reach its lane; the door, which would shed these mashers
+    from one address once the machine is loaded, has its own tests (tests/web/test_door*.py)."""
+    up = start_up(
+        "--workers", "0", "--lane-cap", "1000", "--guess-rate", "0", "--door-in-flight", "0"
+    )
     async with httpx.AsyncClient(base_url=up.base, trust_env=False, timeout=10) as http:
         round_id = (await http.get("/api/round")).json()["round_id"]
 
