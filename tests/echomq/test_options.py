@@ -3,12 +3,28 @@ pure, no server."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 
+from echomq.consumer import Consumer
 from echomq.options import ConsumerOptions
 from echomq.stalled import pulse_gap_ms
+
+
+def test_the_consumers_signature_states_the_options_defaults() -> None:
+    # Consumer(...) spells its keywords out for its readers and its API reference; the
+    # values are ConsumerOptions.of's, and this keeps the two from drifting apart.
+    def defaults(fn: Any) -> dict[str, Any]:
+        return {
+            n: p.default
+            for n, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+
+    options, consumer = defaults(ConsumerOptions.of), defaults(Consumer.__init__)
+    assert options and {n: consumer.get(n, "missing") for n in options} == options
 
 
 def test_the_defaults_and_what_follows_from_them() -> None:
