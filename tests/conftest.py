@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_configure(config: pytest.Config) -> None:
     # The suite starts hundreds of Python processes (`codemojex up`, its web and workers,
     # chaos children). Where PYTHONDONTWRITEBYTECODE is set none of them writes bytecode,
-    # so each recompiled the project's modules it imported. Written once here, by the
-    # controller, before any worker starts; the installed packages' bytecode comes from
-    # `uv sync` (compile-bytecode in pyproject.toml).
-    if not hasattr(config, "workerinput"):
+    # so each recompiled the project's modules it imported; elsewhere Python writes it
+    # itself and nothing is done here. Written once, by the controller, before any worker
+    # starts; the installed packages' bytecode comes from `uv sync` (compile-bytecode in
+    # pyproject.toml).
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         for package in ("echomq", "codemojex", "web", "bench", "tests", "tools"):
             compileall.compile_dir(ROOT / package, quiet=1, workers=0)
 
