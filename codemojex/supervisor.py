@@ -12,7 +12,7 @@
   its AOF brings every accepted job back.
 * ``stop()`` (wired to SIGTERM/SIGINT) SIGTERMs every child — workers finish or release their
   in-flight jobs, the web server drains — waits a bounded time, SIGKILLs whatever is left and
-  reaps everything. A second signal skips the wait.
+  reaps everything. A second signal (not the same Ctrl-C delivered twice) skips the wait.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ MAX_RESTART_DELAY_S = 30.0
 QUICK_DEATH_S = 3.0  # a child that dies this soon after its start is crash-looping: back off
 STOP_TIMEOUT_S = 15.0  # a worker's grace for in-flight jobs is one lease (10 s), plus margin
 READY_TIMEOUT_S = 30.0
+# One Ctrl-C can reach us twice: the terminal sends it to the whole foreground group, and
+# `uv run` (the README's way to start) forwards what it gets to its child. A repeat this
+# soon is the same keystroke, not a second one asking to skip the clean stop.
+SAME_SIGNAL_S = 0.5
 
 
 class StartupFailed(Exception):
@@ -136,6 +140,7 @@ class Supervisor:
         self._backoff: dict[str, float] = {}  # role -> the last restart delay
         self._stopping = asyncio.Event()
         self._force = False
+        self._signalled_at: float | None = None
         self._ready = False
         self._background: set[asyncio.Task[None]] = set()
         self._conn: Client | None = None
@@ -150,6 +155,13 @@ class Supervisor:
             self._force = True
         self._stopping.set()
 
+    def _on_signal(self) -> None:
+        now = time.monotonic()
+        if self._signalled_at is not None and now - self._signalled_at < SAME_SIGNAL_S:
+            return
+        self._signalled_at = now
+        self.stop()
+
     def workers(self) -> list[Child]:
         return [c for c in self.children if c.role == "worker"]
 
@@ -159,7 +171,7 @@ class Supervisor:
         """Start everything, supervise until stopped, stop everything. 0, or 1 if start failed."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+            loop.add_signal_handler(sig, self._on_signal)
         self._conn = echomq.connect(self.valkey_url, socket_timeout=5, socket_connect_timeout=2)
         tasks: list[asyncio.Task[None]] = []
         try:
