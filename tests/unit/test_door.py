@@ -339,6 +339,49 @@ def test_the_light_threshold_follows_the_field_it_arrives_with() -> None:
         crowd.field(token, crowd.players.hit(token, clock.t), clock.t)
     assert crowd.light_now == LIGHT_RATE
     assert max(crowd.players.rate(f"p{i}", clock.t) for i in range(200)) < crowd.light_now
+    # 200 mashers at 8 requests/s beside 100 honest players at 0.3/s (bench_door's 200
+    # from 20 addresses): more mashers than honest players do not set the pace themselves.
+    mobbed = Gate(limit=16, wait_ms=500, address_limit=0, clock=clock)
+    start = clock.t
+    for t in range(0, 6_000, 5):
+        clock.t = start + t / 1000
+        for i in range(100):
+            if (t + i * 35) % 3500 == 0:
+                token = f"honest-{i}"
+                mobbed.field(token, mobbed.players.hit(token, clock.t), clock.t)
+        if t % 125 == 0:
+            for i in range(200):
+                token = f"masher-{i}"
+                mobbed.field(token, mobbed.players.hit(token, clock.t), clock.t)
+    assert mobbed.light_now == pytest.approx(2.0)
+    assert min(mobbed.players.rate(f"masher-{i}", clock.t) for i in range(200)) > 2.0
+
+
+async def test_an_honest_crowd_piled_up_at_the_door_is_not_charged_to_its_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # bench_game at 1,000/s: 200 players at 5 guesses/s each from one address, on a web
+    # the CPU starves, so each player has a few requests waiting at the door at once. By
+    # their rates they are light; the requests at the door order them in the queue, but
+    # charging those to the address's share shed ~1 % of the crowd (503 overloaded).
+    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)
+    clock = Clock()
+    gate = Gate(limit=16, wait_ms=500, address_limit=0, clock=clock)
+
+    async def work() -> str:
+        return "served"
+
+    answers = []
+    for t in range(4_000):  # a guess a millisecond, each player's every 200 ms, for 4 s
+        clock.t += 0.001
+        token = f"p{t % 200}"
+        gate.tokens_at_door[token] = 3  # three of its requests still waiting
+        gate.limit, gate.timed_at = 4, clock.t  # the bound has shrunk: overloaded
+        answers.append(await through(gate, "10.0.0.9", token, work, now=clock.t, guess=True))
+        del gate.tokens_at_door[token]
+    assert gate.light_now == LIGHT_RATE
+    assert gate.counts["shed_share"] == 0
+    assert answers == ["served"] * 4_000
 
 
 async def test_a_light_request_waits_longer_than_the_target_before_it_is_shed() -> None:
