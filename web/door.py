@@ -46,7 +46,11 @@ Envoy's adaptive concurrency) do together:
   ``429`` without a Valkey round trip, so it needs no slot. No ``503 overloaded`` leaves
   sooner than :data:`MIN_REFUSAL_S` (``Retry-After``) after its request arrived: a client
   that retries without waiting gains nothing by it and holds its connection that long per
-  try instead of looping at the server's speed; a held refusal is a timer, not work.
+  try instead of looping at the server's speed; a held refusal is a timer, not work. A
+  sender (its token, else its address) that comes back before the ``Retry-After`` of its
+  last refusal has passed has its next refusal held twice as long, up to
+  :data:`MAX_REFUSAL_S`: the closed loops of a client that never waits then cost the
+  process a fraction of the requests they would make (:meth:`Gate.refusal_hold`).
 """
 
 from __future__ import annotations
@@ -85,6 +89,11 @@ ADDRESS_SHARE = 1024.0
 RATE_TAU_S = 2.0
 MAX_WAITING = 1024
 MIN_REFUSAL_S = 1.0
+# The longest a refusal is held (a sender that keeps coming back before its Retry-After):
+# under the 5 s many HTTP clients time out at (httpx's default), since a client that times
+# out opens a new connection, which costs the process more than a held answer.
+MAX_REFUSAL_S = 4.0
+MAX_REFUSED_SENDERS = 50_000
 RETRY_AFTER_S = 1
 MAX_TOKEN_BYTES = 300  # a longer Authorization header is no token (401): weighed by address
 # The adaptive bound (:class:`Gradient`): a guess's time at the door may grow to this many
@@ -320,6 +329,8 @@ class Gate:
         self._seq = 0
         self.at_door: dict[str, int] = {}  # address -> requests working or waiting
         self.tokens_at_door: dict[str, int] = {}  # bearer token -> its requests here
+        # sender -> (when its last refusal was answered, times in a row it came back early)
+        self.refused: dict[str, tuple[float, int]] = {}
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
 
@@ -371,6 +382,36 @@ class Gate:
             return False
         allowed = HEAVY_FLOOR + HEAVY_SHARE * self.light_in.rate(address, now)
         return self.heavy_in.rate(address, now) >= allowed
+
+    def refusal_hold(self, sender: str, arrived: float) -> float:
+        """How long after ``arrived`` a refusal of ``sender``'s request is answered:
+        :data:`MIN_REFUSAL_S` (the ``Retry-After``), doubled for each time in a row the
+        sender came back before the last refusal's ``Retry-After`` had passed, up to
+        :data:`MAX_REFUSAL_S`. A sender that waits its ``Retry-After`` starts again at
+        the minimum; a request it sent before its last refusal reached it (one of several
+        in flight) is not early. Call :meth:`refusal_answered` as the answer goes out."""
+        answered, strikes = self.refused.get(sender, (-math.inf, 0))
+        if arrived >= answered + RETRY_AFTER_S:
+            strikes = 0
+        elif arrived >= answered:
+            strikes += 1
+        self._refused(sender, answered, strikes)
+        return min(MAX_REFUSAL_S, MIN_REFUSAL_S * 2.0 ** min(strikes, 16))
+
+    def refusal_answered(self, sender: str) -> None:
+        """A refusal of ``sender``'s has been answered now: its ``Retry-After`` starts."""
+        self._refused(sender, self.clock(), self.refused.get(sender, (0.0, 0))[1])
+
+    def _refused(self, sender: str, answered: float, strikes: int) -> None:
+        refused = self.refused
+        if sender not in refused and len(refused) >= MAX_REFUSED_SENDERS:
+            horizon = self.clock() - RETRY_AFTER_S
+            for key in [k for k, (at, _) in refused.items() if at < horizon]:
+                del refused[key]
+            if len(refused) >= MAX_REFUSED_SENDERS:  # a flood of new senders: the newest half
+                for key in list(refused)[: len(refused) // 2]:
+                    del refused[key]
+        refused[sender] = (answered, strikes)
 
     def idle_after(self, seconds: float) -> float:
         """How long a slot should idle after a heavy request of ``seconds`` (duty cycle)."""
@@ -529,7 +570,8 @@ async def through(
     one way in for an API request (:class:`Door`) and a socket's guess frame
     (:mod:`web.ws`), so a guess weighs, waits and is shed alike whichever way it came.
     A refusal returns no sooner than :data:`MIN_REFUSAL_S` after ``now`` (its arrival),
-    its token still counted at the door meanwhile.
+    longer for a sender that did not wait its last ``Retry-After``
+    (:meth:`Gate.refusal_hold`), its token still counted at the door meanwhile.
     ``bypass()``: True for work answered without backend work (the bucket mirror refuses
     its player), which skips the queue. ``guess``: its time in the slot feeds the
     adaptive bound."""
@@ -558,7 +600,7 @@ async def through(
         held = at_door.get(address, 0)
         if gate.address_limit and held >= gate.address_limit:
             gate.counts["shed_address"] += 1
-            await hold_refusal(gate, now)
+            await hold_refusal(gate, now, token or address)
             return ADDRESS
         at_door[address] = held + 1
         try:
@@ -569,10 +611,10 @@ async def through(
             fast = paced > gate.light_now
             if guess and fast and gate.over_share(address, now):
                 gate.counts["shed_share"] += 1
-                await hold_refusal(gate, now)
+                await hold_refusal(gate, now, token or address)
                 return BUSY
             if not await gate.enter(weight):
-                await hold_refusal(gate, now)
+                await hold_refusal(gate, now, token or address)
                 return BUSY
             if guess:
                 (gate.heavy_in if fast else gate.light_in).hit(address, gate.clock())
@@ -599,12 +641,13 @@ async def through(
                 del tokens[token]
 
 
-async def hold_refusal(gate: Gate, arrived: float) -> None:
-    """Keep a refusal until :data:`MIN_REFUSAL_S` after its request arrived: a client that
-    retries without waiting gains nothing by it (a held refusal is a timer, not work)."""
-    hold = MIN_REFUSAL_S - (gate.clock() - arrived)
+async def hold_refusal(gate: Gate, arrived: float, sender: str) -> None:
+    """Keep a refusal until :meth:`Gate.refusal_hold` after its request arrived: a client
+    that retries without waiting gains nothing by it (a held refusal is a timer, not work)."""
+    hold = gate.refusal_hold(sender, arrived) - (gate.clock() - arrived)
     if hold > 0:
         await asyncio.sleep(hold)
+    gate.refusal_answered(sender)
 
 
 class Door:

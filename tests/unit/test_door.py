@@ -14,7 +14,10 @@ from web.door import (
     HEAVY_FLOOR,
     LIGHT_PATIENCE,
     LIGHT_RATE,
+    MAX_REFUSAL_S,
     MAX_WAITING,
+    MIN_REFUSAL_S,
+    RETRY_AFTER_S,
     FlowRates,
     Gate,
     Shed,
@@ -402,3 +405,34 @@ async def test_a_light_request_waits_longer_than_the_target_before_it_is_shed() 
     gate.leave()
     assert (gate.working, gate.waiting) == (0, 0)
     assert LIGHT_PATIENCE * 0.05 > 0.1
+
+
+def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() -> None:
+    clock = Clock()
+    gate = Gate(limit=1, wait_ms=50, address_limit=0, clock=clock)
+
+    def refused(sender: str) -> float:
+        """A request of ``sender`` arriving now, refused; the answer goes out after its hold."""
+        hold = gate.refusal_hold(sender, clock.t)
+        clock.t += hold
+        gate.refusal_answered(sender)
+        return hold
+
+    # Back at once after each refusal: held 1, 2, 4, 4 s (the cap, under clients' timeouts).
+    assert [refused("masher") for _ in range(4)] == [1.0, 2.0, 4.0, MAX_REFUSAL_S]
+    # A sender that waits its Retry-After is held the minimum, and so is the masher again
+    # once it waits.
+    for sender in ("patient", "masher"):
+        for _ in range(3):
+            clock.t += RETRY_AFTER_S
+            assert refused(sender) == MIN_REFUSAL_S
+    # Requests sent before the last refusal reached the sender (several in flight at
+    # once) are not early: a client with eight requests out gets eight plain refusals.
+    sent = clock.t
+    holds = [gate.refusal_hold("eight", sent) for _ in range(8)]
+    clock.t += 1.0
+    for _ in range(8):
+        gate.refusal_answered("eight")
+    assert holds == [MIN_REFUSAL_S] * 8
+    assert gate.refusal_hold("eight", sent) == MIN_REFUSAL_S  # one more sent back then
+    assert gate.refusal_hold("eight", clock.t) == 2 * MIN_REFUSAL_S  # one sent just now
