@@ -124,11 +124,9 @@ def create_app(config: Config) -> Starlette:
         hub.start()
         app.state.services = Services(config, game, hub, meters, admin_token, gate)
         app.state.door = gate
-        lag = asyncio.create_task(gate.watch_loop(), name="door-loop-lag")
         try:
             yield
         finally:
-            lag.cancel()
             await hub.close()
             await game.close()
 

@@ -141,11 +141,6 @@ HEAVY_SHARE = 0.25
 # light slots, and 24 of 365 honest guesses were shed after 0.5 s). Late beats refused for
 # an honest pace; the heavy are shed at the target as before.
 LIGHT_PATIENCE = 4
-# The event loop's lag (Gate.watch_loop): a timer of PROBE_S, how late it fires, averaged.
-# A CPU-starved web keeps a request waiting for the loop before it reaches the door and
-# after it leaves its slot; the slot's own time does not show that wait, so the adaptive
-# bound is fed the slot time plus the lag.
-PROBE_S = 0.02
 OVERLOAD_FRESH_S = 2.0  # a shrunk bound counts as overload this long after the last guess
 BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
@@ -338,22 +333,12 @@ class Gate:
         self.refused: dict[str, tuple[float, int]] = {}
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
-        self.loop_lag = 0.0  # seconds, recent (watch_loop)
-
-    async def watch_loop(self) -> None:
-        """Measure the event loop's lag until cancelled (the app's lifespan runs it)."""
-        while True:
-            began = time.monotonic()
-            await asyncio.sleep(PROBE_S)
-            late = max(0.0, time.monotonic() - began - PROBE_S)
-            self.loop_lag = 0.8 * self.loop_lag + 0.2 * late
 
     def timed(self, seconds: float) -> None:
-        """A guess held a slot for ``seconds``: the gradient may move the bound, fed
-        that time plus the event loop's lag (:data:`PROBE_S`)."""
+        """A guess held a slot for ``seconds``: the gradient may move the bound."""
         if self.gradient is not None:
             self.timed_at = now = self.clock()
-            value = self.gradient.sample(seconds + self.loop_lag, now, self.working)
+            value = self.gradient.sample(seconds, now, self.working)
             self.limit = max(1, int(value))
             self.duty = min(1.0, value)
 
@@ -745,9 +730,3 @@ class GateCollector(Collector):
         )
         bound.add_metric([], gate.limit)
         yield bound
-        lag = GaugeMetricFamily(
-            "codemojex_door_loop_lag_seconds",
-            "How late the event loop runs a timer, recently (it feeds the adaptive bound)",
-        )
-        lag.add_metric([], gate.loop_lag)
-        yield lag
