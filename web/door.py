@@ -35,8 +35,7 @@ Envoy's adaptive concurrency) do together:
   below the configured one, or requests waiting), an address's guesses from senders past
   the light threshold by rate alone (over HTTP or the socket) are admitted at most at
   :data:`HEAVY_FLOOR` a second plus :data:`HEAVY_SHARE` of its others; past that they are
-  shed at once. Reads are not charged: an accepted
-  guess is what costs the honest players
+  shed at once. Reads are not charged: an accepted guess is what costs the honest players
   even when each heavy request is admitted after theirs: every accepted guess is scored by
   the workers on the same cores.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
@@ -114,10 +113,10 @@ LIGHT_RATE = 10.0
 # sender at FIELD_QUANTILE of the field (slowest first), recomputed every FIELD_WINDOW_S,
 # never below LIGHT_FLOOR (an honest player's burst of a guess or two in a second) nor above
 # LIGHT_RATE. A low quantile, not the median: with the median, 200 mashers beside 100
-# honest players set the pace themselves (the threshold rose to 10, most masher requests
-# were light, and bench_door's 200-from-20-addresses row let in 5,090 masher guesses to
-# 1,890 with the quantile, honest p99 720 ms to 353 in the same pair of runs); they must
-# now be four in five of the field's tokens to move it.
+# honest players set the pace themselves (the threshold rose to 10 and most masher
+# requests were light; bench_door's 200-from-20-addresses row let in 2,976-5,090 masher
+# guesses with the median, 1,493-2,312 with the quantile, in runs one after the other);
+# they must now be four in five of the field's tokens to move it.
 FIELD_MULTIPLE = 3.0
 FIELD_QUANTILE = 0.2
 FIELD_WINDOW_S = 0.5
@@ -126,10 +125,10 @@ FIELD_MAX_SENDERS = 4096  # the field's sample: a flood of new tokens is not all
 LIGHT_FLOOR = 2.0
 # While the door is overloaded (its adaptive bound below the configured one, or requests
 # waiting), an address's heavy guesses (heavy by its senders' rates, see through) are
-# admitted at most at HEAVY_FLOOR a second plus HEAVY_SHARE of its light ones: what the mashers of one address are let in is two honest
-# paces, not ten (10 mashers at the game's rate each were 100 accepted guesses a second,
-# each scored by the workers on the same two cores as the honest players' own), while an
-# address of many honest players whose bursts tip a few of them heavy keeps a share in
+# admitted at most at HEAVY_FLOOR a second plus HEAVY_SHARE of its light ones: what the
+# mashers of one address are let in is two honest paces, not ten (10 mashers at the game's
+# rate each were 100 accepted guesses a second, each scored by the workers on the same two
+# cores as the honest players' own), while an address of many honest players whose bursts tip a few of them heavy keeps a share in
 # proportion to what it sends lightly (bench_game's 1,000/s from 200 players). Two paces,
 # not one: a single player spending its bucket's burst still gets past its refill rate, so
 # Valkey refuses it and the bucket mirror answers its next guesses 429 without the door.
