@@ -123,15 +123,15 @@ FIELD_WINDOW_S = 0.5
 FIELD_SPAN_S = 5.0
 FIELD_MAX_SENDERS = 4096  # the field's sample: a flood of new tokens is not all counted
 LIGHT_FLOOR = 2.0
-# While the door is overloaded (its adaptive bound below the configured one, or requests
-# waiting), an address's heavy guesses (heavy by its senders' rates, see through) are
-# admitted at most at HEAVY_FLOOR a second plus HEAVY_SHARE of its light ones: what the
-# mashers of one address are let in is two honest paces, not ten (10 mashers at the game's
-# rate each were 100 accepted guesses a second, each scored by the workers on the same two
-# cores as the honest players' own), while an address of many honest players whose bursts tip a few of them heavy keeps a share in
-# proportion to what it sends lightly (bench_game's 1,000/s from 200 players). Two paces,
-# not one: a single player spending its bucket's burst still gets past its refill rate, so
-# Valkey refuses it and the bucket mirror answers its next guesses 429 without the door.
+# While the door is overloaded (its adaptive bound below the configured one, or requests waiting),
+# an address's heavy guesses (heavy by its senders' rates, see through) are admitted at most at
+# HEAVY_FLOOR a second plus HEAVY_SHARE of its light ones: what the mashers of one address are let
+# in is two honest paces, not ten (10 mashers at the game's rate each were 100 accepted guesses a
+# second, each scored by the workers on the same two cores as the honest players' own), while an
+# address of many honest players whose bursts tip a few of them heavy keeps a share in proportion to
+# what it sends lightly (bench_game's 1,000/s from 200 players). Two paces, not one: a single player
+# spending its bucket's burst still gets past its refill rate, so Valkey refuses it and the bucket
+# mirror answers its next guesses 429 without the door.
 HEAVY_FLOOR = 2 * LIGHT_RATE
 HEAVY_SHARE = 0.25
 # A light request waits this many times --door-wait-ms before it is shed: when light ones
@@ -193,15 +193,16 @@ class FlowRates:
 
 
 class Gradient:
-    """The door's bound, adapted to how long guesses take inside it (after Netflix's
-    gradient limiter): when the recent time of a guess (an EWMA of the last few) grows past
+    """The door's bound, adapted to how long guesses take inside it (after Netflix's gradient
+    limiter): when the recent time of a guess (an EWMA of the last few) grows past
     :data:`TOLERANCE` times its unloaded time (the quietest second of the last
-    :data:`BASELINE_S`), the bound shrinks in proportion, down to :data:`MIN_LIMIT`; while
-    it stays within, the bound grows again (~3 % an update), back up to the configured one. A bound that is not being used (fewer than half its slots
-    busy) is left as it is. Below one slot the bound is a duty cycle: after a heavy
-    sender's request a slot stays idle long enough that heavy senders have it only that
-    share of the time (at most :data:`MAX_IDLE_S` at once) — a throughput bound, where a
-    bound of one slot would still let heavy senders in as fast as one at a time finishes.
+    :data:`BASELINE_S`), the bound shrinks in proportion, down to :data:`MIN_LIMIT`; while it
+    stays within, the bound grows again (~3 % an update), back up to the configured one. A bound
+    that is not being used (fewer than half its slots busy) is left as it is. Below one slot the
+    bound is a duty cycle: after a heavy sender's request a slot stays idle long enough that
+    heavy senders have it only that share of the time (at most :data:`MAX_IDLE_S` at once) — a
+    throughput bound, where a bound of one slot would still let heavy senders in as fast as one
+    at a time finishes.
 
     The process's own work is what grows a guess's time: a busy event loop, a CPU the
     machine's other processes want, a slower Valkey. A smaller bound then queues more at
