@@ -145,6 +145,19 @@ BASELINE_S = 30  # the unloaded time: the quietest second's mean of the last 30
 
 Peek = Callable[[Scope, str], bool]
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _forget(entries: dict[K, V], stale: Callable[[V], bool], keep: int) -> None:
+    """Bound a table of recent senders: drop its stale entries, and if more than ``keep``
+    are left (a flood of new keys), the oldest of them (dicts keep insertion order)."""
+    for key in [k for k, v in entries.items() if stale(v)]:
+        del entries[key]
+    excess = len(entries) - keep
+    if excess > 0:
+        for key in list(entries)[:excess]:
+            del entries[key]
 
 
 class FlowRates:
@@ -183,13 +196,11 @@ class FlowRates:
 
     def _prune(self, now: float) -> None:
         tau = self.tau_s
-        quiet = [k for k, (v, t) in self._counts.items() if v * math.exp((t - now) / tau) < 0.5]
-        for key in quiet:
-            del self._counts[key]
-        excess = len(self._counts) - self.max_keys // 2
-        if excess > 0:  # a flood of new keys: keep the newest half
-            for key in list(self._counts)[:excess]:
-                del self._counts[key]
+
+        def quiet(entry: list[float]) -> bool:
+            return entry[0] * math.exp((entry[1] - now) / tau) < 0.5
+
+        _forget(self._counts, quiet, self.max_keys // 2)
 
 
 class Gradient:
@@ -405,12 +416,8 @@ class Gate:
     def _refused(self, sender: str, answered: float, strikes: int) -> None:
         refused = self.refused
         if sender not in refused and len(refused) >= MAX_REFUSED_SENDERS:
-            horizon = self.clock() - RETRY_AFTER_S
-            for key in [k for k, (at, _) in refused.items() if at < horizon]:
-                del refused[key]
-            if len(refused) >= MAX_REFUSED_SENDERS:  # a flood of new senders: the newest half
-                for key in list(refused)[: len(refused) // 2]:
-                    del refused[key]
+            horizon = self.clock() - RETRY_AFTER_S  # its Retry-After has passed: forgotten
+            _forget(refused, lambda entry: entry[0] < horizon, MAX_REFUSED_SENDERS // 2)
         refused[sender] = (answered, strikes)
 
     def idle_after(self, seconds: float) -> float:
