@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 from redis.crc import key_slot
@@ -77,6 +78,12 @@ def spread_name(name: str, i: int, partitions: int) -> str:
         if low <= key_slot(candidate.encode("utf-8", "surrogatepass")) < high:
             return candidate
     raise ValueError(f"no name for partition {i} of {partitions} of {name!r}")  # pragma: no cover
+
+
+def beat_of(row: Mapping[str, str]) -> int:
+    """The server time of a worker row's last beat; -1 where it has none (or not a number)."""
+    raw = row.get("beat", "")
+    return int(raw) if raw.isdigit() else -1
 
 
 def partition_of(lane: str, partitions: int) -> int:
@@ -137,13 +144,18 @@ class Partitioned:
         return await self.partitions[0].server_time_ms()
 
     async def workers(self) -> list[WorkerInfo]:
-        """Workers registered on any partition, once each; a :class:`PartitionedConsumer`
-        registers its one id on every partition, and the first registration found wins."""
+        """Workers registered on any partition, once each. A :class:`PartitionedConsumer`
+        registers its one id on every partition, each row describing the whole worker;
+        the row of the latest beat wins. (Each partition's consumer beats at its own
+        cadence: one holding nothing beats every few seconds while a sibling holding jobs
+        beats every second, so the first partition's row could be seconds stale.)"""
         each = await asyncio.gather(*(q.workers() for q in self.partitions))
         seen: dict[str, WorkerInfo] = {}
         for rows in each:
             for w in rows:
-                seen.setdefault(w.worker_id, w)
+                known = seen.get(w.worker_id)
+                if known is None or beat_of(w.meta) > beat_of(known.meta):
+                    seen[w.worker_id] = w
         return list(seen.values())
 
     async def stats(self, max_lanes: int = 1000) -> PartitionedStats:
@@ -201,6 +213,24 @@ class PartitionedConsumer:
             Consumer(q, handler, concurrency=max(1, c), worker_id=self.worker_id, **kwargs)
             for q, c in zip(queue.partitions, share, strict=True)
         ]
+        for c in self.consumers:  # every partition's row describes the whole worker
+            c._heartbeat.describe = self._describe
+
+    def _describe(self) -> dict[str, Any]:
+        """The worker's registry row: the partitions' own rows merged. Waiting if any
+        consumer waits for a dependency, else the first state other than idle (busy, or
+        what ``meta`` says, which is the same callable in every partition), else idle;
+        the jobs held anywhere, the jobs done everywhere."""
+        rows = [c._describe() for c in self.consumers]
+        states = [str(r.get("state") or "idle") for r in rows]
+        merged = dict(rows[0])
+        merged["state"] = (
+            "waiting" if "waiting" in states else next((s for s in states if s != "idle"), "idle")
+        )
+        merged["jobs"] = ",".join(str(r["jobs"]) for r in rows if r.get("jobs"))
+        merged["jobs_done"] = sum(int(r.get("jobs_done") or 0) for r in rows)
+        merged["waiting_for"] = next((r["waiting_for"] for r in rows if r.get("waiting_for")), "")
+        return merged
 
     # The counters of a Consumer, summed over the partitions.
     @property

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import checks
 from .codec import text
-from .partitions import Partitioned
+from .partitions import Partitioned, beat_of
 from .queue import Queue
 
 
@@ -91,14 +91,11 @@ def _integer(raw: str | None) -> int | None:
 
 async def workers(queue: Queue | Partitioned) -> list[WorkerRecord]:
     """The registered workers, in heartbeat-deadline order, each with its self-description.
-    On a :class:`~echomq.Partitioned` queue each worker once, as its first partition has it."""
+    On a :class:`~echomq.Partitioned` queue each worker once, as its latest beat has it."""
     if isinstance(queue, Partitioned):
-        each = await asyncio.gather(*(workers(q) for q in queue.partitions))
-        seen: dict[str, WorkerRecord] = {}
-        for rows in each:
-            for w in rows:
-                seen.setdefault(w.worker_id, w)
-        return list(seen.values())
+        return [
+            WorkerRecord.from_row(w.worker_id, w.deadline_ms, w.meta) for w in await queue.workers()
+        ]
     _check(queue)
     keys = queue.keys
     rows = await queue.conn.zrange(keys.workers, 0, -1, withscores=True)
@@ -117,7 +114,7 @@ async def worker(queue: Queue | Partitioned, worker_id: str) -> WorkerRecord | N
     """``worker_id`` as the registry knows it: registered (``alive``), or gone but still
     described (lapsed or stopped within its row's lifetime, ``alive`` False), or None when
     neither is left. On a :class:`~echomq.Partitioned` queue: alive if registered on any
-    partition, described by the first partition that has its row."""
+    partition, described by the row of its latest beat."""
     checks.name("worker_id", worker_id)
     if isinstance(queue, Partitioned):
         each = await asyncio.gather(*(worker(q, worker_id) for q in queue.partitions))
@@ -125,7 +122,7 @@ async def worker(queue: Queue | Partitioned, worker_id: str) -> WorkerRecord | N
         if not found:
             return None
         live = next((w for w in found if w.alive), None)
-        described = next((w for w in found if w.meta), found[0])
+        described = max(found, key=lambda w: beat_of(w.meta))
         if live is None or live is described:
             return described
         return WorkerRecord.from_row(worker_id, live.deadline_ms, described.meta)

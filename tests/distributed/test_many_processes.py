@@ -25,7 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 import echomq
 from echomq.connection import connect
 from echomq.keys import Keys
-from echomq.partitions import PartitionedStats, partition_names
+from echomq.partitions import PartitionedStats, partition_names, partition_of
 from echomq.server import EmbeddedValkey
 from tests.cli.running import wait_until
 from tests.cluster import ValkeyCluster
@@ -105,8 +105,12 @@ def test_two_webs_three_workers_one_killed_mid_score(
             )
         )
         bases = [game.web(wait=False), game.web(wait=False)]
-        for _ in range(3):
+        for _ in range(2):
             game.worker("--score-delay-ms", "300", "--concurrency", "4")
+        # The victim scores slowly: each guess it takes is held across several of its
+        # heartbeats (one a second while busy), so the admin page shows it scoring before
+        # the kill, where a 300 ms guess can be claimed and done between two beats.
+        slow = game.worker("--score-delay-ms", "3000", "--concurrency", "4")
         game.wait_webs()
         https = [
             stack.enter_context(httpx.Client(base_url=b, timeout=10, trust_env=False))
@@ -121,6 +125,11 @@ def test_two_webs_three_workers_one_killed_mid_score(
 
         wait_until(lambda: len(workers()) == 3, 30, "three workers alive")
         players = [Player(https[i % 2], f"m{i}") for i in range(PLAYERS)]
+        # Ten random ids leave a partition without a player about one run in twenty; the
+        # test asserts that every partition carried guesses, so join until each has one.
+        while len({partition_of(p.player_id, partitions) for p in players}) < partitions:
+            assert len(players) < 5 * PLAYERS, "player ids do not spread over the partitions"
+            players.append(Player(https[len(players) % 2], f"m{len(players)}"))
         round_ = https[0].get("/api/round").json()
 
         async def play() -> tuple[dict[str, list[str]], dict[str, list[str]], list[int]]:
@@ -146,14 +155,20 @@ def test_two_webs_three_workers_one_killed_mid_score(
                             )
                             assert r.status_code == 202, r.text
                             sent[p.player_id].append(r.json()["job_id"])
-                        if n == 1:  # guesses are being scored now: kill a scoring worker
+                        if n == 1:  # guesses are being scored now: kill the slow scorer
                             victim = await asyncio.to_thread(
                                 wait_until,
                                 lambda: next(
-                                    (w for w in workers() if w["state"] == "scoring"), None
+                                    (
+                                        w
+                                        for w in workers()
+                                        if w["state"] == "scoring" and w["pid"] == slow.pid
+                                    ),
+                                    None,
                                 ),
                                 10,
-                                "a worker scoring",
+                                "the slow worker scoring",
+                                lambda: f"slow pid {slow.pid}; workers: {workers()}",
                             )
                             r = await h.post(
                                 f"{bases[1]}/api/admin/workers/{victim['worker_id']}/kill",
@@ -186,7 +201,7 @@ def test_two_webs_three_workers_one_killed_mid_score(
         t0 = time.monotonic()
         sent, got, killed = asyncio.run(play())
         accepted = {j for jobs in sent.values() for j in jobs}
-        assert len(accepted) == PLAYERS * GUESSES
+        assert len(accepted) == len(players) * GUESSES
         for pid in sent:  # each socket got every score of its player, once
             assert sorted(got[pid]) == sorted(sent[pid]), pid
         wait_until(lambda: set(game.scores()) == accepted, 60, "every guess in SQL")

@@ -88,6 +88,47 @@ async def test_every_job_is_handled_once_by_a_partitioned_consumer(
     assert await pq.find("JOB_01JZZZZZZZZZZZZZZZZZZZZZZZ") is None
 
 
+async def test_the_registry_describes_a_partitioned_worker_by_its_latest_beat(
+    redis_conn: Any, queue_name: str
+) -> None:
+    # A job held on the last partition only: that partition's consumer beats at the busy
+    # cadence, the first one's (holding nothing) at the idle one. The worker must read as
+    # busy, holding the job, within a busy beat, not when the idle one comes round.
+    pq = Partitioned(redis_conn, queue_name, 3)
+    lane = next(f"l{i}" for i in range(100) if partition_of(f"l{i}", 3) == 2)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(claim: echomq.Claim) -> None:
+        started.set()
+        await release.wait()
+
+    c = PartitionedConsumer(
+        pq, handler, concurrency=3, heartbeat_ms=100, idle_heartbeat_ms=60_000, worker_id="WRK_p"
+    )
+    task = asyncio.create_task(c.run())
+    try:
+        async with asyncio.timeout(10):
+            while not await pq.workers():  # every consumer's first beat
+                await asyncio.sleep(0.02)
+        job = await pq.enqueue(lane, 1)
+        await asyncio.wait_for(started.wait(), 10)
+        async with asyncio.timeout(3):  # 30 busy beats; the idle beat is a minute away
+            while True:
+                (w,) = await pq.workers()
+                if w.meta.get("state") == "busy":
+                    break
+                await asyncio.sleep(0.05)
+        assert w.meta["jobs"] == job
+        (r,) = await echomq.registry.workers(pq)
+        assert r.state == "busy" and r.jobs == (job,)
+        one = await echomq.registry.worker(pq, "WRK_p")
+        assert one is not None and one.state == "busy" and one.alive
+    finally:
+        release.set()
+        c.stop()
+        await asyncio.wait_for(task, 20)
+
+
 async def test_a_lane_keeps_its_order_seq_and_cap_in_its_partition(
     redis_conn: Any, queue_name: str
 ) -> None:
