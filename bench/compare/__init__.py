@@ -11,7 +11,9 @@ Each peer runs in a venv of its own (``bench/out/venvs/<peer>-<version>``, made 
 ``uv venv`` + ``uv pip install`` of the versions pinned in ``pins.py``), through a driver
 (``peers/<peer>.py``) run as a subprocess in that venv, speaking a small JSON protocol on
 stdio (``peers/_protocol.py``), so a peer's redis-py pin never meets ours. EchoMQ runs through
-the same protocol from this project's venv: ``echomq-lanes`` (100 lanes) and
+the same protocol from this project's venv: ``echomq-lanes`` (100 lanes),
+``echomq-lanes-prefetch`` (the same, holding ``--concurrency`` more jobs ready, as many as
+Dramatiq's worker holds by default: its queue prefetch is twice its threads) and
 ``echomq-plain``. Every job is a no-op; each worker runs the peer's own worker with
 ``--concurrency`` jobs in flight (what each peer calls that: see its driver).
 

@@ -31,6 +31,15 @@ class Peer:
 
 ECHOMQ = (
     Peer("echomq-lanes", "echomq", "", args=("--variant", "lanes", "--lanes", "100")),
+    # Lanes holding what Dramatiq's worker holds by default: C handlers and C more
+    # prefetched (its queue prefetch is 2 x worker_threads). The price is stated in
+    # echomq.Consumer: a prefetched job waits behind its holder's running ones.
+    Peer(
+        "echomq-lanes-prefetch",
+        "echomq",
+        "",
+        args=("--variant", "lanes", "--lanes", "100", "--prefetch", "concurrency"),
+    ),
     Peer("echomq-plain", "echomq", "", args=("--variant", "plain")),
 )
 

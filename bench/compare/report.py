@@ -100,14 +100,19 @@ def verdict_lines(report: Mapping[str, Any]) -> list[str]:
     """The two figures issue #22's done-when reads, as sentences."""
     out = []
     fastest = report.get("fastest_peer")
-    lanes = report["peers"].get("echomq-lanes", {}).get("median") or {}
-    if fastest and lanes.get("drain_steady_per_s"):
-        theirs = report["peers"][fastest]["median"]["drain_steady_per_s"]
-        out.append(
-            f"lanes drain from one worker process: {lanes['drain_steady_per_s']:,.0f} jobs/s = "
-            f"{lanes['drain_steady_per_s'] / theirs:.2f}× the fastest peer ({fastest}, "
-            f"{theirs:,.0f} jobs/s)"
-        )
+    for key, how in (
+        ("echomq-lanes", ""),
+        ("echomq-lanes-prefetch", ", prefetching as many again as it runs"),
+    ):
+        lanes = report["peers"].get(key, {}).get("median") or {}
+        if fastest and lanes.get("drain_steady_per_s"):
+            theirs = report["peers"][fastest]["median"]["drain_steady_per_s"]
+            out.append(
+                f"lanes drain from one worker process{how}: "
+                f"{lanes['drain_steady_per_s']:,.0f} jobs/s = "
+                f"{lanes['drain_steady_per_s'] / theirs:.2f}× the fastest peer ({fastest}, "
+                f"{theirs:,.0f} jobs/s)"
+            )
     multi = report.get("multi") or {}
     shares = [
         (procs, row["median"]["share_of_ceiling"])

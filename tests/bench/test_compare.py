@@ -56,7 +56,8 @@ def test_a_tiny_comparison_reports_every_figure_and_renders(saq_venv: Path, tmp_
             "bench.compare",
             *("--jobs", "300", "--e2e-jobs", "50", "--rounds", "1", "--procs", "2"),
             *("--ceiling-calls", "20000"),
-            *("--peers", "echomq-lanes,saq", "--logs", str(tmp_path / "logs")),
+            *("--peers", "echomq-lanes,echomq-lanes-prefetch,saq"),
+            *("--logs", str(tmp_path / "logs")),
             *("--json", str(out_json), "--html", str(out_html)),
         ],
         cwd=ROOT,
@@ -70,7 +71,7 @@ def test_a_tiny_comparison_reports_every_figure_and_renders(saq_venv: Path, tmp_
     assert report["errors"] == []
     assert report["fastest_peer"] == "saq"
     assert report["ceiling"]["reference"] > 0
-    for key in ("echomq-lanes", "saq"):
+    for key in ("echomq-lanes", "echomq-lanes-prefetch", "saq"):
         peer = report["peers"][key]
         assert len(peer["rounds"]) == 1
         for f in FIGURES:
@@ -85,8 +86,8 @@ def test_a_tiny_comparison_reports_every_figure_and_renders(saq_venv: Path, tmp_
     page = out_html.read_text(encoding="utf-8")
     tags = _Tags()
     tags.feed(page)
-    # the summary (a header, 2 peers) and every round (a header, 2 peers, 1 multi-process)
-    assert tags.tags.get("table") == 2 and tags.tags.get("tr") == 3 + 4
+    # the summary (a header, 3 peers) and every round (a header, 3 peers, 1 multi-process)
+    assert tags.tags.get("table") == 2 and tags.tags.get("tr") == 4 + 5
     svgs = [
         page[i : page.index("</svg>", i) + len("</svg>")]
         for i in range(len(page))

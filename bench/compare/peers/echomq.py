@@ -1,6 +1,7 @@
 """EchoMQ's driver: ``--variant lanes`` (fair lanes, jobs spread over ``--lanes`` lanes) or
 ``--variant plain`` (the plain FIFO), through the public API only: ``Queue``,
-``q.lanes.enqueue`` / ``q.jobs.enqueue``, ``Consumer(concurrency=C, batch=32)``. Runs in this
+``q.lanes.enqueue`` / ``q.jobs.enqueue``, ``Consumer(concurrency=C, batch=32)``, and
+``--prefetch`` (0, EchoMQ's default, or ``concurrency``: C more held ready). Runs in this
 project's venv. The handler is a no-op that records the job's stamp."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ def _extra(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", choices=("lanes", "plain"), default="lanes")
     p.add_argument("--lanes", type=int, default=100)
     p.add_argument("--batch", type=int, default=32)
+    # "concurrency": as many again as the handlers, the jobs Dramatiq's worker holds by
+    # default (its queue prefetch is twice its threads); EchoMQ's own default is 0.
+    p.add_argument("--prefetch", default="0", help="an integer, or 'concurrency'")
 
 
 class EchoMQ:
@@ -43,6 +47,9 @@ class EchoMQ:
                 handler,
                 concurrency=self.a.concurrency,
                 batch=self.a.batch,
+                prefetch=(
+                    self.a.concurrency if self.a.prefetch == "concurrency" else int(self.a.prefetch)
+                ),
                 source="lanes" if self.a.variant == "lanes" else "jobs",
             )
 
