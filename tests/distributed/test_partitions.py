@@ -108,7 +108,7 @@ async def test_the_registry_describes_a_partitioned_worker_by_its_latest_beat(
     task = asyncio.create_task(c.run())
     try:
         async with asyncio.timeout(10):
-            while not await pq.workers():  # every consumer's first beat
+            while not await pq.workers():  # registered (the consumers beat as they start)
                 await asyncio.sleep(0.02)
         job = await pq.enqueue(lane, 1)
         await asyncio.wait_for(started.wait(), 10)
