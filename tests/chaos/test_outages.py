@@ -160,37 +160,43 @@ async def _sql_outage(
     # Guesses keep arriving during the outage: 10 a second (Valkey takes them; SQL is not
     # on the accept path).
     arriving = asyncio.create_task(_keep_submitting(game, players, rng, accepted))
-    t = time.monotonic()
-    await take_down()
-    down_at = time.monotonic()
+    # Cancelled on the way out whatever happens: a failure below must not leave it
+    # submitting into a loop that is gone (its connections then warn in the next test).
+    try:
+        t = time.monotonic()
+        await take_down()
+        down_at = time.monotonic()
 
-    async def both_waiting() -> bool:
-        states = {w["worker_id"]: w["state"] for w in await game.workers()}
-        return all(states.get(p.worker_id) == "waiting" for p in pool.procs)
+        async def both_waiting() -> bool:
+            states = {w["worker_id"]: w["state"] for w in await game.workers()}
+            return all(states.get(p.worker_id) == "waiting" for p in pool.procs)
 
-    waiting_s = await harness.wait_until(both_waiting, 15, "both workers show waiting")
-    gauge = await asyncio.to_thread(_state_gauge, port)
-    claimed_then = await counter("claimed")
-    await asyncio.sleep(max(0.0, down_s - (time.monotonic() - down_at)))
-    claimed_while_waiting = await counter("claimed") - claimed_then
-    waited_s = time.monotonic() - down_at - waiting_s
-    completed_before = await counter("completed")
-    await bring_back()
-    back = time.monotonic()
-    outage_s = back - t
+        waiting_s = await harness.wait_until(both_waiting, 15, "both workers show waiting")
+        gauge = await asyncio.to_thread(_state_gauge, port)
+        claimed_then = await counter("claimed")
+        await asyncio.sleep(max(0.0, down_s - (time.monotonic() - down_at)))
+        claimed_while_waiting = await counter("claimed") - claimed_then
+        waited_s = time.monotonic() - down_at - waiting_s
+        completed_before = await counter("completed")
+        await bring_back()
+        back = time.monotonic()
+        outage_s = back - t
 
-    async def scoring_again() -> bool:
-        return await counter("completed") > completed_before
+        async def scoring_again() -> bool:
+            return await counter("completed") > completed_before
 
-    first_score_s = await harness.wait_until(scoring_again, 30, "a score after the outage", 0.01)
+        first_score_s = await harness.wait_until(
+            scoring_again, 30, "a score after the outage", 0.01
+        )
 
-    async def none_waiting() -> bool:
-        states = [w["state"] for w in await game.workers() if w["alive"]]
-        return bool(states) and "waiting" not in states
+        async def none_waiting() -> bool:
+            states = [w["state"] for w in await game.workers() if w["alive"]]
+            return bool(states) and "waiting" not in states
 
-    all_resumed_s = await harness.wait_until(none_waiting, 30, "no worker waiting", 0.02)
-    arriving.cancel()
-    await asyncio.gather(arriving, return_exceptions=True)
+        all_resumed_s = await harness.wait_until(none_waiting, 30, "no worker waiting", 0.02)
+    finally:
+        arriving.cancel()
+        await asyncio.gather(arriving, return_exceptions=True)
 
     async def drained() -> bool:
         return await counter("completed") == len(accepted)
