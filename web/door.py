@@ -602,12 +602,13 @@ async def through(
         weight += rate + tokens.get(token, 0) + new
         paced += rate
         tokens[token] = tokens.get(token, 0) + 1
+    sender = token or address  # whose early retries lengthen its refusals
     at_door = gate.at_door
     try:
         held = at_door.get(address, 0)
         if gate.address_limit and held >= gate.address_limit:
             gate.counts["shed_address"] += 1
-            await hold_refusal(gate, now, token or address)
+            await hold_refusal(gate, now, sender)
             return ADDRESS
         at_door[address] = held + 1
         try:
@@ -618,10 +619,10 @@ async def through(
             fast = paced > gate.light_now
             if guess and fast and gate.over_share(address, now):
                 gate.counts["shed_share"] += 1
-                await hold_refusal(gate, now, token or address)
+                await hold_refusal(gate, now, sender)
                 return BUSY
             if not await gate.enter(weight):
-                await hold_refusal(gate, now, token or address)
+                await hold_refusal(gate, now, sender)
                 return BUSY
             if guess:
                 (gate.heavy_in if fast else gate.light_in).hit(address, gate.clock())
