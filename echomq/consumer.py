@@ -152,8 +152,10 @@ class Consumer:
     go back too, and it probes with backoff, at most ``probe_max_ms`` apart. Without a
     ``probe`` the probe is one job, claimed alone once nothing else is held; any outcome
     of a handler started while waiting other than ``Unavailable`` (a completion, another
-    error) ends the wait, as does a ``probe`` that returns. Meanwhile the worker's row
-    says ``state: waiting`` (:attr:`waiting`).
+    error) ends the wait, as does a ``probe`` that returns. A job probe needs a job: with
+    the queue empty the wait lasts until one arrives (and that one is claimed the moment
+    it wakes the consumer). Meanwhile the worker's row says ``state: waiting``
+    (:attr:`waiting`).
 
     A job whose holder died before (a suspect, ``Claim.stalls > 0``) runs alone: while it
     is held this consumer claims nothing more, but for at most ``min(lease_ms,
@@ -392,6 +394,11 @@ class Consumer:
             first=min(0.1, self.probe_max_ms / 1000), cap=self.probe_max_ms / 1000, jitter=False
         )
         epoch = self._outage.epoch
+        # A probe claim came back empty and the claimer parked since: the park was the
+        # pause, and the job that woke it is the probe, to be claimed before another
+        # worker's claim takes it (a pause here lost that race to every arrival, and the
+        # wait outlived the outage for as long as others kept the queue empty).
+        probe_now = False
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
             probing = False
@@ -399,9 +406,11 @@ class Consumer:
                 if epoch != self._outage.epoch:  # a new wait: probe soon, then back off
                     epoch = self._outage.epoch
                     probes.reset()
-                if not await self._await_dependency(probes):
+                if not await self._await_dependency(probes, at_once=probe_now):
+                    probe_now = False
                     continue
                 probing = True
+            probe_now = False
             room = self.concurrency + self.prefetch - len(self._tracker)
             hold = self._suspect_hold()
             if room <= 0 or hold is not None:
@@ -456,10 +465,13 @@ class Consumer:
                 self._ready.put_nowait(claim)
             if not extra and len(got.claims) < asked:
                 await self._park_until_woken(got)
+                probe_now = probing and not got.claims
 
-    async def _await_dependency(self, probes: Backoff) -> bool:
+    async def _await_dependency(self, probes: Backoff, *, at_once: bool = False) -> bool:
         """While a dependency is down: True when one job may be claimed as the probe,
-        False to look again (the wait ended, or a probe of ``self.probe`` ran)."""
+        False to look again (the wait ended, or a probe of ``self.probe`` ran). ``at_once``:
+        the last probe claim found nothing and the claimer has parked since, so the next
+        one goes without a pause."""
         outage = self._outage
         if self.probe is not None:
             pause = probes.next_delay() * random.uniform(0.5, 1.0)
@@ -483,8 +495,9 @@ class Consumer:
             self._room.clear()
             await self._until(self._room.wait(), outage.resumed)
             return False
-        pause = probes.next_delay() * random.uniform(0.5, 1.0)
-        await self._until(asyncio.sleep(pause), outage.resumed)
+        if not at_once:
+            pause = probes.next_delay() * random.uniform(0.5, 1.0)
+            await self._until(asyncio.sleep(pause), outage.resumed)
         return outage.active and not self._stopping.is_set()
 
     def _enter_outage(self, started: float, error: Unavailable) -> None:

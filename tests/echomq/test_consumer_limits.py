@@ -162,6 +162,46 @@ async def test_a_hung_handler_from_before_the_wait_does_not_hold_the_probe_back(
     assert (await q.stats())["counters"].get("failed", 0) == 0
 
 
+async def test_a_waiting_consumer_resumes_though_another_keeps_the_queue_empty(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    """A's dependency comes back while B (healthy) drains everything, and new jobs then
+    arrive one at a time. Each arrival wakes one parked consumer; when it is A, A's probe
+    must claim that job before the next arrival wakes B, whose claim would take it too.
+    (A probe that first paused, as after a probe that ran, lost that race to every
+    arrival: A said "waiting" for as long as the trickle lasted. The PostgreSQL-restart
+    chaos test caught it, one run in five under load.)"""
+    down = True
+    ran_on: Counter[str] = Counter()
+
+    def handler_of(name: str, needs_dependency: bool) -> echomq.Handler:
+        async def handler(claim: echomq.Claim) -> str:
+            if needs_dependency and down:
+                raise echomq.Unavailable("down")
+            ran_on[name] += 1
+            return "ok"
+
+        return handler
+
+    await q.lanes.enqueue("first", 0)
+    a = await start_consumer(
+        handler_of("a", True), concurrency=4, probe_max_ms=2_000, worker_id="WRK_probe_a"
+    )
+    await wait_for(lambda: _true(a.waiting))
+    await asyncio.sleep(2.5)  # a few probes: A's pause between them is now 1-2 s
+    b = await start_consumer(handler_of("b", False), concurrency=4, worker_id="WRK_probe_b")
+    await wait_for(lambda: completed(q, 1), 5)  # B took the job A was probing with
+    down = False
+    for i in range(30):  # 6.6 s: several of A's longest pauses
+        await q.lanes.enqueue(f"t{i}", i)
+        await asyncio.sleep(0.22)
+        if not a.waiting:
+            break
+    print(f"\n[limits] after the trickle: ran on A {ran_on['a']}, on B {ran_on['b']}")
+    assert not a.waiting, "A still waiting: its probes never met a job"
+    assert ran_on["a"] >= 1 and not b.waiting
+
+
 # -- a time limit -------------------------------------------------------------------------
 
 
