@@ -7,6 +7,7 @@ outage in the middle of a kill storm is in test_kill_storm.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
 import threading
@@ -159,8 +160,9 @@ async def _sql_outage(
     await harness.wait_until(some_done, 30, "a quarter scored")
     # Guesses keep arriving during the outage: 10 a second (Valkey takes them; SQL is not
     # on the accept path).
-    arriving = asyncio.create_task(_keep_submitting(game, players, rng, accepted))
-    # Cancelled on the way out whatever happens: a failure below must not leave it
+    enough = asyncio.Event()
+    arriving = asyncio.create_task(_keep_submitting(game, players, rng, accepted, enough))
+    # Stopped on the way out whatever happens: a failure below must not leave it
     # submitting into a loop that is gone (its connections then warn in the next test).
     try:
         t = time.monotonic()
@@ -195,8 +197,11 @@ async def _sql_outage(
 
         all_resumed_s = await harness.wait_until(none_waiting, 30, "no worker waiting", 0.02)
     finally:
-        arriving.cancel()
-        await asyncio.gather(arriving, return_exceptions=True)
+        # Asked to stop between two batches, not cancelled: a cancel that lands mid-batch
+        # leaves a guess Valkey took out of ``accepted`` (it happened: the drain below
+        # then waited for a count it had already passed).
+        enough.set()
+        await asyncio.gather(asyncio.wait_for(arriving, 30), return_exceptions=True)
 
     async def drained() -> bool:
         return await counter("completed") == len(accepted)
@@ -239,11 +244,16 @@ async def _sql_outage(
 
 
 async def _keep_submitting(
-    game: Game, players: list[str], rng: random.Random, accepted: list[harness.Guess]
+    game: Game,
+    players: list[str],
+    rng: random.Random,
+    accepted: list[harness.Guess],
+    enough: asyncio.Event,
 ) -> None:
-    while True:
+    while not enough.is_set():
         accepted.extend(await harness.submit_many(game, players, 2, rng))
-        await asyncio.sleep(0.2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(enough.wait(), 0.2)
 
 
 def _state_gauge(port: int) -> str | None:

@@ -35,6 +35,7 @@ import traceback
 from typing import Any
 
 # The imports a worker needs, done once, before any fork.
+import codemojex.logs
 import codemojex.worker
 from codemojex import crashpoints
 from codemojex.config import Config
@@ -62,6 +63,9 @@ def _child(cmd: dict[str, Any], zygote: int) -> None:
         os.dup2(out, 2)
         os.environ.update(cmd.get("env", {}))
         crashpoints.reload()
+        # Info and up, timestamped, as `codemojex worker` logs: a failed run's log then
+        # says when each worker began and ended a wait, not only that it began one.
+        codemojex.logs.configure("info")
         if cmd["role"] == "score_worker":
             asyncio.run(codemojex.worker.run_worker(Config.from_env(), cmd["worker_id"]))
         elif cmd["role"] == "consumer":
