@@ -15,13 +15,15 @@ When the database cannot be reached (PostgreSQL down or restarting: a refused or
 connection, "the database system is starting up", an administrator's shutdown; SQLite
 still locked past its busy timeout), the handler raises :class:`echomq.Unavailable`: the
 guess goes back to its lane with no delivery spent and no failure counted, and the worker
-claims nothing more until the database answers (the consumer probes with one guess at a
-time, backing off up to a second). Any other SQL error fails the attempt as before.
+claims nothing more until the database answers: the consumer calls :meth:`ScoreWorker.probe`
+(a write that touches no row), backing off up to a second. Any other SQL error fails the
+attempt as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from typing import Any
@@ -51,8 +53,14 @@ try:  # the PostgreSQL driver; SQLite deployments may not have it
 except ImportError:  # pragma: no cover - asyncpg is a dependency today
     _PG_DOWN = ()
 
+# A probe that has not answered by then counts as "still down" (asyncpg's own connect
+# timeout is 60 s; the consumer waits for the probe before it tries again).
+PROBE_TIMEOUT_S = 10.0
+
 # What SQLite says when another connection holds the lock past the busy timeout, or the
 # file cannot be opened (a volume not mounted yet).
+log = logging.getLogger(__name__)
+
 _SQLITE_DOWN = ("database is locked", "database table is locked", "unable to open database")
 
 
@@ -159,6 +167,22 @@ class ScoreWorker:
     async def close(self) -> None:
         """Wait for the scores in flight to commit; no handler may run after this."""
         await self.group.close()
+
+    async def probe(self) -> None:
+        """The consumer's probe while the database is down (``Consumer(probe=)``): returns
+        once a score write could go through, raises while it could not.
+
+        A probe job, EchoMQ's default, needs a job to probe with: with two workers, the one
+        still waiting found none for seconds at a time after PostgreSQL was back, because
+        the other, already scoring, claimed each guess first (the restart chaos test). An
+        error that does not say the database is unreachable (a missing table, a refused
+        permission) ends the wait too: the handlers then meet it and fail as before."""
+        try:
+            await asyncio.wait_for(store.check_writable(self.engine), PROBE_TIMEOUT_S)
+        except Exception as e:
+            if unreachable(e):
+                raise
+            log.warning("probe: the database answered with %s: %s", type(e).__name__, e)
 
     def meta(self) -> dict[str, Any]:
         """What the heartbeat tells the admin page about this worker."""

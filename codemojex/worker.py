@@ -138,6 +138,11 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         # A guess whose scoring hangs is failed and retried, not held for ever; a database
         # that cannot be reached makes the handler raise Unavailable (see ScoreWorker).
         timeout_ms=config.score_timeout_ms or None,
+        # The database itself, not a guess, says when it is back; that probe is one
+        # statement touching no row, so twice a second per worker costs it nothing, and
+        # a guess is scored within a second of the database's return.
+        probe=scorer.probe,
+        probe_max_ms=500,
         hooks=_fault_hooks(),
     )
     rounds = echomq.Consumer(

@@ -37,7 +37,13 @@ from codemojex.store.repo import (
     round_solvers,
     save_round,
 )
-from codemojex.store.scores import record_score, record_scores, score_by_job, scores_for
+from codemojex.store.scores import (
+    check_writable,
+    record_score,
+    record_scores,
+    score_by_job,
+    scores_for,
+)
 
 __all__ = [
     "SQLITE_FILENAME",
@@ -48,6 +54,7 @@ __all__ = [
     "Round",
     "ScoreRecord",
     "alembic_config",
+    "check_writable",
     "create_player",
     "delete_dead",
     "get_dead",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import delete, false, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -37,7 +37,7 @@ from codemojex.store._sqlite_writer import writer_lock
 from codemojex.store.models import ScoreRow
 from codemojex.store.records import ScoreRecord
 
-__all__ = ["record_score", "record_scores", "score_by_job", "scores_for"]
+__all__ = ["check_writable", "record_score", "record_scores", "score_by_job", "scores_for"]
 
 # PostgreSQL SQLSTATEs after which the whole batch transaction is simply run again:
 # deadlock_detected and serialization_failure. Lock order makes deadlocks between
@@ -96,6 +96,19 @@ async def record_scores(engine: AsyncEngine, records: Sequence[ScoreRecord]) -> 
             if attempt >= _RETRIES or _sqlstate(e) not in _RETRY_SQLSTATES:
                 raise
         await asyncio.sleep(0.002 * attempt)
+
+
+async def check_writable(engine: AsyncEngine) -> None:
+    """Raise what a score write would raise if the database cannot take one now (refused,
+    restarting, locked by another writer past the busy timeout); write nothing.
+
+    A ``DELETE`` that matches no row is still a write: on SQLite it takes the write lock,
+    as a score write must (a plain ``SELECT 1`` reads straight past another connection's
+    ``BEGIN EXCLUSIVE`` in WAL mode), and PostgreSQL runs it only on a live primary. The
+    transaction is rolled back."""
+    async with engine.connect() as conn:
+        await conn.execute(delete(ScoreRow).where(false()))
+        await conn.rollback()
 
 
 # The batch write as a plan, free of I/O: it yields (statement, parameters), is sent each

@@ -229,9 +229,10 @@ async def _sql_outage(
     assert gauge == "waiting", fig
     assert stats["counters"].get("failed", 0) == 0 and stats["counters"].get("dead", 0) == 0, fig
     assert pool.self_died == 0, fig
-    # Probes only, one job at a time 0.5-1 s apart per worker once the backoff is up
-    # (plus the guesses in flight as the wait began), where claims fill 32 slots at once.
-    assert claimed_while_waiting <= 2 * 2 * (waited_s + 1) + 64, fig
+    # The ScoreWorker's probe is a write that touches no row, not a guess: nothing is
+    # claimed while both wait but a claim already in flight as the wait began (a batch of
+    # at most 32 per worker). Job probes claimed ~1.3 guesses a second per worker.
+    assert claimed_while_waiting <= 64, fig
     assert first_score_s < 1.0 and all_resumed_s < 1.5, fig
     assert verdict == {
         "score_rows": len(accepted),
