@@ -114,7 +114,10 @@ class Consumer:
         source: ``"lanes"`` (fair order over lanes) or ``"jobs"`` (the plain FIFO queue).
         batch: at most this many jobs leased per claim call.
         prefetch: jobs claimed beyond ``concurrency`` and held ready (0 = none: a held
-            job is a job another worker cannot take).
+            job is a job another worker cannot take). A job whose handler returned frees
+            its slot at once and is held until its completion's verdict is in; up to
+            ``concurrency`` such jobs count against neither, so the next batch is claimed
+            and runs while the last one's completions travel.
         heartbeat_ms: beat interval while holding jobs; default once a second, or three
             times per ``lapse_ms`` when that is shorter. Must be < ``lapse_ms``.
         lapse_ms: after this long without a beat, a worker that holds jobs is presumed
@@ -259,6 +262,10 @@ class Consumer:
         self._park = Park(queue, self._until)
         self._ready: asyncio.Queue[Claim] = asyncio.Queue()
         self._chores: set[asyncio.Task[Any]] = set()  # releases sent in the background
+        # Jobs whose handler returned, their completion's verdict not yet in: they hold no
+        # slot, and up to `concurrency` of them take no room from the claimer either, so
+        # the next batch runs (and is claimed) while the last one's completions travel.
+        self._completing = 0
         # Claim size now: halved when a claim's reply does not arrive in time.
         self._batch_now = o.batch
         self._claimer: asyncio.Task[None] | None = None
@@ -411,7 +418,12 @@ class Consumer:
                     continue
                 probing = True
             probe_now = False
-            room = self.concurrency + self.prefetch - len(self._tracker)
+            room = (
+                self.concurrency
+                + self.prefetch
+                - len(self._tracker)
+                + min(self._completing, self.concurrency)
+            )
             hold = self._suspect_hold()
             if room <= 0 or hold is not None:
                 self._room.clear()
@@ -603,6 +615,7 @@ class Consumer:
         )
         record = self._tracker.start(key, started, task)
         self._room.set()  # a suspect's hold counts from now: the claimer looks again
+        handed_off = False
         try:
             verdict = await await_handler(record, task, self.timeout_ms)
             if verdict == "abandoned" or self._tracker.is_lost(key):
@@ -643,9 +656,19 @@ class Consumer:
                     ),
                 )
                 return
-            await self._outcomes.complete(claim, encoded)
+            # The slot moves on now; the claim is forgotten once the verdict is in.
+            self._completing += 1
+            self._room.set()
+            self._outcomes.complete_soon(claim, encoded, self._completed)
+            handed_off = True
         finally:
-            self._forget(claim)
+            if not handed_off:
+                self._forget(claim)
+
+    def _completed(self, claim: Claim) -> None:
+        """A completion handed off by its slot has its verdict (or was given up)."""
+        self._completing -= 1
+        self._forget(claim)
 
     def _on_lost(self, record: ClaimRecord) -> None:
         """The lease keeper found ``record``'s lease gone: count it, stop its handler."""

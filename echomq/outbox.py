@@ -51,10 +51,15 @@ class Outbox:
     async def complete(self, job_id: str, token: int, result: bytes) -> bool:
         """Queue a completion and wait for its verdict: True counted, False stale (or
         given up)."""
+        return await self.complete_soon(job_id, token, result)
+
+    def complete_soon(self, job_id: str, token: int, result: bytes) -> asyncio.Future[bool]:
+        """Queue a completion; the future its verdict will resolve (True counted, False
+        stale or given up; cancelled if the consumer goes away first)."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._items.append(Pending(job_id, token, result, fut))
         self._ready.set()
-        return await fut
+        return fut
 
     async def flush_forever(self) -> None:
         """Send the completions in batches, for as long as the consumer runs.

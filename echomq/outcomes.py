@@ -114,21 +114,27 @@ class Outcomes:
         finally:
             self.tracker.settled(key)
 
-    async def complete(self, claim: Claim, encoded: bytes) -> None:
-        """Complete ``claim`` with its encoded result (batched in the outbox)."""
+    def complete_soon(self, claim: Claim, encoded: bytes, then: Callable[[Claim], None]) -> None:
+        """Complete ``claim`` with its encoded result (batched in the outbox), without
+        waiting: ``then(claim)`` is called once its verdict is in (True counted, False
+        stale or given up), so the handler's slot can move on meanwhile."""
         # From here on the lease keeper leaves the job alone (unless its completion gets
         # stuck): an extend racing the completion on another connection would be refused
         # for a lease that was simply finished.
         key = key_of(claim)
         self.tracker.finish(key)
-        try:
-            ok = await self.outbox.complete(claim.job_id, claim.token, encoded)
-        finally:
+        fut = self.outbox.complete_soon(claim.job_id, claim.token, encoded)
+
+        def verdict(done: asyncio.Future[bool]) -> None:
             self.tracker.settled(key)
-        if ok:
-            self.counts.completed += 1
-        else:
-            self.counts.stale += 1
+            if not done.cancelled():
+                if done.result():
+                    self.counts.completed += 1
+                else:
+                    self.counts.stale += 1
+            then(claim)
+
+        fut.add_done_callback(verdict)
 
     async def release(self, claim: Claim) -> bool:
         """Hand ``claim`` back (no delivery spent), retried within its lease; True once

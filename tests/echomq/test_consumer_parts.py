@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -462,14 +463,30 @@ async def test_a_completion_goes_through_the_outbox_and_is_counted(q: echomq.Que
     tracker.hold(c)
     out = _outcomes(q, tracker)
     flusher = asyncio.create_task(out.outbox.flush_forever())
+    verdicts: list[tuple[str, int]] = []
+
+    def then(claim: echomq.Claim) -> None:
+        verdicts.append((claim.job_id, out.counts.completed + out.counts.stale))
+
     try:
-        await out.complete(c, b'{"ok": 1}')
-        await out.complete(c, b"null")  # the same token again: counted once by the server
+        out.complete_soon(c, b'{"ok": 1}', then)
+        assert verdicts == []  # the caller goes on; the verdict comes later
+        await asyncio.wait_for(_until(lambda: len(verdicts) == 1), 5)
+        # The same token again: counted once by the server.
+        out.complete_soon(c, b"null", then)
+        await asyncio.wait_for(_until(lambda: len(verdicts) == 2), 5)
     finally:
         flusher.cancel()
     info = await q.jobs.get(c.job_id)
     assert info is not None and info.state == "completed" and info.result == {"ok": 1}
+    # Each callback came once its own verdict was counted.
+    assert verdicts == [(c.job_id, 1), (c.job_id, 2)]
     assert out.counts.completed + out.counts.stale == 2
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    while not done():
+        await asyncio.sleep(0.005)
 
 
 async def test_suspects_beyond_the_first_go_back_at_once(q: echomq.Queue) -> None:
