@@ -656,11 +656,12 @@ class Consumer:
                     ),
                 )
                 return
-            # The slot moves on now; the claim is forgotten once the verdict is in.
-            self._completing += 1
-            self._room.set()
+            # The slot moves on now; the claim is forgotten once the verdict is in (the
+            # callback never runs before this returns: a future calls back from the loop).
             self._outcomes.complete_soon(claim, encoded, self._completed)
             handed_off = True
+            self._completing += 1
+            self._room.set()
         finally:
             if not handed_off:
                 self._forget(claim)

@@ -55,7 +55,9 @@ class Outbox:
 
     def complete_soon(self, job_id: str, token: int, result: bytes) -> asyncio.Future[bool]:
         """Queue a completion; the future its verdict will resolve (True counted, False
-        stale or given up; cancelled if the consumer goes away first)."""
+        stale or given up). One still unsent when the consumer stops stays pending: the
+        consumer waits for its verdicts before it stops the flusher, for up to 10 s, and
+        a job left unresolved is its lease's, as any other."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._items.append(Pending(job_id, token, result, fut))
         self._ready.set()
