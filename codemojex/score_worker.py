@@ -16,8 +16,8 @@ connection, "the database system is starting up", an administrator's shutdown; S
 still locked past its busy timeout), the handler raises :class:`echomq.Unavailable`: the
 guess goes back to its lane with no delivery spent and no failure counted, and the worker
 claims nothing more until the database answers: the consumer calls :meth:`ScoreWorker.probe`
-(a write that touches no row), backing off up to a second. Any other SQL error fails the
-attempt as before.
+(a write that touches no row), backing off up to half a second. Any other SQL error fails
+the attempt as before.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ except ImportError:  # pragma: no cover - asyncpg is a dependency today
 # timeout is 60 s; the consumer waits for the probe before it tries again).
 PROBE_TIMEOUT_S = 10.0
 
-# What SQLite says when another connection holds the lock past the busy timeout, or the
-# file cannot be opened (a volume not mounted yet).
 log = logging.getLogger(__name__)
 
+# What SQLite says when another connection holds the lock past the busy timeout, or the
+# file cannot be opened (a volume not mounted yet).
 _SQLITE_DOWN = ("database is locked", "database table is locked", "unable to open database")
 
 
