@@ -409,15 +409,14 @@ class Consumer:
         # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
         while not self._stopping.is_set():
             probing = False
+            at_once, probe_now = probe_now, False  # good for the next probe only
             if self._outage.active:
                 if epoch != self._outage.epoch:  # a new wait: probe soon, then back off
                     epoch = self._outage.epoch
                     probes.reset()
-                if not await self._await_dependency(probes, at_once=probe_now):
-                    probe_now = False
+                if not await self._await_dependency(probes, at_once=at_once):
                     continue
                 probing = True
-            probe_now = False
             room = (
                 self.concurrency
                 + self.prefetch
