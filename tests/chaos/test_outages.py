@@ -7,7 +7,6 @@ outage in the middle of a kill storm is in test_kill_storm.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import sqlite3
 import threading
@@ -24,6 +23,7 @@ import echomq
 from codemojex.config import Config
 from codemojex.game import Game
 from echomq.server import EmbeddedValkey
+from echomq.waits import pause
 from tests.chaos import harness
 from tests.chaos.conftest import make_config, worker_env
 from tests.chaos.harness import Figures, Pool, Zygote
@@ -253,8 +253,7 @@ async def _keep_submitting(
 ) -> None:
     while not enough.is_set():
         accepted.extend(await harness.submit_many(game, players, 2, rng))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(enough.wait(), 0.2)
+        await pause(0.2, enough)
 
 
 def _state_gauge(port: int) -> str | None:

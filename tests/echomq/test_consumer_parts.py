@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -464,17 +463,20 @@ async def test_a_completion_goes_through_the_outbox_and_is_counted(q: echomq.Que
     out = _outcomes(q, tracker)
     flusher = asyncio.create_task(out.outbox.flush_forever())
     verdicts: list[tuple[str, int]] = []
+    called = asyncio.Event()
 
     def then(claim: echomq.Claim) -> None:
         verdicts.append((claim.job_id, out.counts.completed + out.counts.stale))
+        called.set()
 
     try:
         out.complete_soon(c, b'{"ok": 1}', then)
         assert verdicts == []  # the caller goes on; the verdict comes later
-        await asyncio.wait_for(_until(lambda: len(verdicts) == 1), 5)
+        await asyncio.wait_for(called.wait(), 5)
+        called.clear()
         # The same token again: counted once by the server.
         out.complete_soon(c, b"null", then)
-        await asyncio.wait_for(_until(lambda: len(verdicts) == 2), 5)
+        await asyncio.wait_for(called.wait(), 5)
     finally:
         flusher.cancel()
     info = await q.jobs.get(c.job_id)
@@ -482,11 +484,6 @@ async def test_a_completion_goes_through_the_outbox_and_is_counted(q: echomq.Que
     # Each callback came once its own verdict was counted.
     assert verdicts == [(c.job_id, 1), (c.job_id, 2)]
     assert out.counts.completed + out.counts.stale == 2
-
-
-async def _until(done: Callable[[], bool]) -> None:
-    while not done():
-        await asyncio.sleep(0.005)
 
 
 async def test_suspects_beyond_the_first_go_back_at_once(q: echomq.Queue) -> None:
