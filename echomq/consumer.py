@@ -249,7 +249,8 @@ class Consumer:
         self._stopping = asyncio.Event()  # stop(): claim no more, drain
         self._closing = asyncio.Event()  # drained: background loops end
         self._room = asyncio.Event()  # a held claim finished or started: look again
-        self._kick = asyncio.Event()  # our reaper moved jobs: claim now, do not park
+        # Our reaper moved jobs, or a wait began: claim (or probe) now, do not park.
+        self._kick = asyncio.Event()
         self._outcomes = Outcomes(
             queue, self._tracker, o.lease_ms, o.worker_id, lambda: self._hooks, self._counts
         )
@@ -517,6 +518,9 @@ class Consumer:
         if not self._outage.begin(started, error, asyncio.get_running_loop().time()):
             return
         self._heartbeat.busy.set()  # beat soon: the row says "waiting"
+        # A claimer parked on the wake key must start probing now: the token the hand-back
+        # leaves may wake another worker, and the park lasts up to park_max_ms.
+        self._kick.set()
         log.warning(
             "a dependency is unavailable (%s): claiming nothing until it answers",
             self._outage.why,

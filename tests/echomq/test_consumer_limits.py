@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio
 
 import echomq
+from echomq.park import blocking_twin
 from echomq.server import EmbeddedValkey
 from tests.echomq.test_consumer import Runner, completed, start_consumer, wait_for
 
@@ -110,6 +111,48 @@ async def test_a_probe_callable_is_asked_instead_of_a_job(
     await wait_for(lambda: completed(q, 10), 10)
     assert time.monotonic() - t < 1.0
     assert (await q.stats())["counters"].get("failed", 0) == 0
+
+
+async def test_a_consumer_parked_when_its_dependency_goes_down_starts_probing_at_once(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    """The one job in the queue meets the dependency down while the claimer is parked on
+    the wake key (it asked for 4 and got 1), and the token its hand-back leaves goes to
+    another parked client (here the test's own BLPOP, parked before the claimer parked
+    again), as it goes to another worker. The wait itself must wake the claimer: the probe
+    is asked within its backoff, not after the park's 15 s. (Under `codemojex up` with
+    SQLite locked, a worker parked so said `waiting` 10 s after the lock was released,
+    without one probe meanwhile.)"""
+    down = True
+    asked = 0
+
+    async def handler(claim: echomq.Claim) -> str:
+        await asyncio.sleep(0.3)  # the claimer parks again, behind the test's BLPOP
+        if down:
+            raise echomq.Unavailable("service down")
+        return "ok"
+
+    async def probe() -> None:
+        nonlocal asked
+        asked += 1
+        if down:
+            raise ConnectionError("still down")
+
+    c = await start_consumer(handler, concurrency=4, probe=probe, probe_max_ms=300)
+    await asyncio.sleep(0.3)  # parked on the empty queue
+    other = await blocking_twin(q.conn, q.keys.wake)
+    try:
+        token = asyncio.create_task(other.blpop([q.keys.wake], timeout=10))
+        await asyncio.sleep(0.2)  # the test's BLPOP is queued behind the claimer's
+        await q.lanes.enqueue("only", 1)  # wakes the claimer, which claims it and parks
+        await wait_for(lambda: _true(c.waiting))
+        assert await asyncio.wait_for(token, 5) is not None  # the hand-back's token: ours
+        await wait_for(lambda: _true(asked >= 1), 3)  # the park is 15 s: the wait woke it
+        down = False
+        await wait_for(lambda: completed(q, 1), 3)
+    finally:
+        await other.aclose()
+    assert not c.waiting and (await q.stats())["counters"].get("failed", 0) == 0
 
 
 async def test_prefetched_jobs_go_back_when_a_dependency_goes_down(
