@@ -78,10 +78,17 @@ def test_up_scores_guesses_stops_without_orphans_and_resumes_after_restart(
         wait_until(
             lambda: all(scores(http, token, scored)), 20, "the guesses to be scored", logs=up.logs
         )
+        # Both heartbeating: a worker spawned but not yet beating is alive with no pid (CI
+        # once saw one still starting after the other had scored all three guesses).
         workers = wait_until(
-            lambda: (w := alive_workers(http, up)) and len(w) == 2 and w,
+            lambda: (
+                (w := alive_workers(http, up))
+                and len(w) == 2
+                and all(x["pid"] for x in w.values())
+                and w
+            ),
             10,
-            "two alive workers",
+            "two alive, heartbeating workers",
             logs=up.logs,
         )
         assert {w["pid"] for w in workers.values()} <= up.track()
