@@ -26,6 +26,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     yield
     line = {
         "test": item.nodeid,
+        # When and where, so a timeline shows which tests ran side by side.
+        "start_s": round(time.time() - (time.monotonic() - wall), 3),
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "pid": os.getpid(),
         "wall_s": round(time.monotonic() - wall, 3),
         "cpu_s": round(_cpu(resource.RUSAGE_SELF) - own, 3),
         "children_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - kids, 3),
