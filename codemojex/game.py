@@ -452,21 +452,25 @@ class Admin:
         moved, offset = 0, 0
         while True:
             page = await queue.jobs.dead(limit=batch, since_ms=since, offset=offset)
-            for info in page:
-                # upsert_dead records each death once: the same attempts is a no-op, a job
-                # that died again after a retry (higher attempts) reopens its row.
-                moved += await store.upsert_dead(
-                    self.game.engine,
-                    job_id=info.job_id,
-                    queue=queue.name,  # its partition: where a retry finds it
-                    lane=info.lane,
-                    payload=_json(info.payload),
-                    error=info.error,
-                    reason=info.reason,
-                    attempts=info.attempts,
-                    died_at_ms=info.finished_at_ms or 0,
-                )
-                reached = max(reached, info.finished_at_ms or 0)
+            # Each death once: the same attempts is a no-op, a job that died again after a
+            # retry (higher attempts) reopens its row. One transaction per page.
+            moved += await store.upsert_dead_many(
+                self.game.engine,
+                [
+                    store.Death(
+                        job_id=info.job_id,
+                        queue=queue.name,  # its partition: where a retry finds it
+                        lane=info.lane,
+                        payload=_json(info.payload),
+                        error=info.error,
+                        reason=info.reason,
+                        attempts=info.attempts,
+                        died_at_ms=info.finished_at_ms or 0,
+                    )
+                    for info in page
+                ],
+            )
+            reached = max([reached, *(info.finished_at_ms or 0 for info in page)])
             if page:
                 await self.conn.set(cursor, reached)
             if len(page) < batch:

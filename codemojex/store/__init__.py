@@ -22,7 +22,15 @@ from codemojex.store.db import (
     normalize_url,
     sqlite_url,
 )
-from codemojex.store.dead import delete_dead, get_dead, list_dead, mark_dead_retried, upsert_dead
+from codemojex.store.dead import (
+    Death,
+    delete_dead,
+    get_dead,
+    list_dead,
+    mark_dead_retried,
+    upsert_dead,
+    upsert_dead_many,
+)
 from codemojex.store.group_commit import GroupCommit, GroupCommitClosed
 from codemojex.store.records import DeadJob, Player, Round, ScoreRecord
 from codemojex.store.repo import (
@@ -48,6 +56,7 @@ from codemojex.store.scores import (
 __all__ = [
     "SQLITE_FILENAME",
     "DeadJob",
+    "Death",
     "GroupCommit",
     "GroupCommitClosed",
     "Player",
@@ -80,4 +89,5 @@ __all__ = [
     "scores_for",
     "sqlite_url",
     "upsert_dead",
+    "upsert_dead_many",
 ]

@@ -8,7 +8,8 @@ deleted, and a job that dies again after a retry reopens its row.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, update
@@ -18,9 +19,31 @@ from codemojex.store._sql import upsert_insert
 from codemojex.store.models import DeadJobRow
 from codemojex.store.records import DeadJob
 
-__all__ = ["delete_dead", "get_dead", "list_dead", "mark_dead_retried", "upsert_dead"]
+__all__ = [
+    "Death",
+    "delete_dead",
+    "get_dead",
+    "list_dead",
+    "mark_dead_retried",
+    "upsert_dead",
+    "upsert_dead_many",
+]
 
 _OPEN = (DeadJobRow.retried_at_ms.is_(None), DeadJobRow.discarded.is_(False))
+
+
+@dataclass(frozen=True)
+class Death:
+    """One death of a job, as a sweep of the dead set reports it."""
+
+    job_id: str
+    queue: str
+    lane: str | None
+    payload: str | Mapping[str, Any]
+    error: str | None
+    reason: str | None
+    attempts: int
+    died_at_ms: int
 
 
 async def upsert_dead(
@@ -42,27 +65,45 @@ async def upsert_dead(
     job — after a retry — has a higher ``attempts`` (EchoMQ's attempts never decrease and
     every death follows a delivery), so it replaces the row and reopens it.
     """
-    payload_text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    values = {
-        "job_id": job_id,
-        "queue": queue,
-        "lane": lane,
-        "payload": payload_text,
-        "error": error,
-        "reason": reason,
-        "attempts": attempts,
-        "died_at_ms": died_at_ms,
-        "retried_at_ms": None,
-        "discarded": False,
-    }
+    death = Death(job_id, queue, lane, payload, error, reason, attempts, died_at_ms)
+    return await upsert_dead_many(engine, [death]) == 1
+
+
+async def upsert_dead_many(engine: AsyncEngine, deaths: Sequence[Death]) -> int:
+    """Record many deaths in one statement and one transaction, each as ``upsert_dead``
+    would; returns how many were new. (A sweep recorded its deaths one transaction each:
+    1,205 of them took 15 s of CPU on SQLite, and a commit each on PostgreSQL.)"""
+    latest: dict[str, Death] = {}
+    for d in deaths:  # one row per job: PostgreSQL refuses to update a row twice in a statement
+        if d.job_id not in latest or d.attempts > latest[d.job_id].attempts:
+            latest[d.job_id] = d
+    if not latest:
+        return 0
+    rows = [
+        {
+            "job_id": d.job_id,
+            "queue": d.queue,
+            "lane": d.lane,
+            "payload": d.payload
+            if isinstance(d.payload, str)
+            else json.dumps(d.payload, ensure_ascii=False),
+            "error": d.error,
+            "reason": d.reason,
+            "attempts": d.attempts,
+            "died_at_ms": d.died_at_ms,
+            "retried_at_ms": None,
+            "discarded": False,
+        }
+        for d in latest.values()
+    ]
     async with engine.begin() as conn:
-        stmt = upsert_insert(conn, DeadJobRow).values(values)
+        stmt = upsert_insert(conn, DeadJobRow).values(rows)
         stmt = stmt.on_conflict_do_update(
             index_elements=["job_id"],
-            set_={k: v for k, v in values.items() if k != "job_id"},
+            set_={k: stmt.excluded[k] for k in rows[0] if k != "job_id"},
             where=stmt.excluded.attempts > DeadJobRow.attempts,
         ).returning(DeadJobRow.job_id)
-        return (await conn.execute(stmt)).first() is not None
+        return len((await conn.execute(stmt)).all())
 
 
 async def list_dead(

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from codemojex import rules
 from codemojex.store import (
+    Death,
     Round,
     ScoreRecord,
     create_player,
@@ -46,6 +47,7 @@ from codemojex.store import (
     scores_for,
     sqlite_url,
     upsert_dead,
+    upsert_dead_many,
 )
 from codemojex.store.models import (
     DeadJobRow,
@@ -509,3 +511,28 @@ async def test_dead_jobs_are_kept_retried_and_discarded(engine: AsyncEngine) -> 
     handled = await list_dead(engine, include_handled=True)
     assert {d.job_id: d.discarded for d in handled} == {"JOB_1": False, "JOB_2": True}
     assert await get_dead(engine, "JOB_nope") is None
+
+
+async def test_many_deaths_in_one_statement_are_recorded_as_one_at_a_time(
+    engine: AsyncEngine,
+) -> None:
+    def death(job_id: str, attempts: int, died_at_ms: int) -> Death:
+        return Death(job_id, "guesses", None, {"n": attempts}, None, "dead", attempts, died_at_ms)
+
+    assert await upsert_dead_many(engine, []) == 0
+    assert await upsert_dead(engine, **dataclasses.asdict(death("JOB_1", 5, 100))) is True
+    assert await mark_dead_retried(engine, "JOB_1", 150) is True
+    # JOB_1 again at the same attempts (stale), JOB_2 new, JOB_3 twice in one batch: its
+    # later death wins and counts once.
+    batch = [death("JOB_1", 5, 100), death("JOB_2", 5, 200), death("JOB_3", 5, 300)]
+    assert await upsert_dead_many(engine, [*batch, death("JOB_3", 10, 400)]) == 2
+    assert await upsert_dead_many(engine, batch) == 0  # the same sweep again: nothing new
+    rows = {d.job_id: d for d in await list_dead(engine, include_handled=True)}
+    assert rows["JOB_1"].retried_at_ms == 150  # a stale report leaves the retry stamped
+    assert (rows["JOB_3"].attempts, rows["JOB_3"].died_at_ms) == (10, 400)
+    # JOB_1 dies again after its retry: the batch reopens its row.
+    assert await upsert_dead_many(engine, [death("JOB_1", 10, 900), death("JOB_2", 5, 200)]) == 1
+    reopened = await get_dead(engine, "JOB_1")
+    assert reopened is not None
+    assert (reopened.attempts, reopened.died_at_ms, reopened.retried_at_ms) == (10, 900, None)
+    assert reopened.payload == '{"n": 10}'
