@@ -536,3 +536,8 @@ async def test_many_deaths_in_one_statement_are_recorded_as_one_at_a_time(
     assert reopened is not None
     assert (reopened.attempts, reopened.died_at_ms, reopened.retried_at_ms) == (10, 900, None)
     assert reopened.payload == '{"n": 10}'
+    # More rows than one statement takes (500): all recorded, in the one transaction.
+    crowd = [death(f"JOB_c{i:04}", 1, i) for i in range(1_201)]
+    assert await upsert_dead_many(engine, crowd) == 1_201
+    assert await upsert_dead_many(engine, crowd) == 0
+    assert len(await list_dead(engine, limit=2_000)) == 1_201 + 3
