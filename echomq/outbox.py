@@ -48,11 +48,6 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def complete(self, job_id: str, token: int, result: bytes) -> bool:
-        """Queue a completion and wait for its verdict: True counted, False stale (or
-        given up)."""
-        return await self.complete_soon(job_id, token, result)
-
     def complete_soon(self, job_id: str, token: int, result: bytes) -> asyncio.Future[bool]:
         """Queue a completion; the future its verdict will resolve (True counted, False
         stale or given up). One still unsent when the consumer stops stays pending: the

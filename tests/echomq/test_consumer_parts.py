@@ -102,11 +102,11 @@ async def test_the_outbox_sends_what_piled_up_in_one_batch(q: echomq.Queue) -> N
     flusher = asyncio.create_task(outbox.flush_forever())
     try:
         verdicts = await asyncio.gather(
-            *(outbox.complete(c.job_id, c.token, b"null") for c in claims)
+            *(outbox.complete_soon(c.job_id, c.token, b"null") for c in claims)
         )
         assert verdicts == [True] * 5 and batches == [5]
         # A stale completion (a token no longer the job's) answers False.
-        assert await outbox.complete(claims[0].job_id, claims[0].token + 1, b"null") is False
+        assert await outbox.complete_soon(claims[0].job_id, claims[0].token + 1, b"null") is False
     finally:
         flusher.cancel()
     assert (await q.stats())["completed"] == 5
@@ -134,8 +134,8 @@ async def test_the_outbox_retries_a_failed_batch_and_then_sends_items_alone(
     flusher = asyncio.create_task(outbox.flush_forever())
     try:
         results = await asyncio.gather(
-            outbox.complete(good.job_id, good.token, b"1"),
-            outbox.complete(bad.job_id, bad.token, b"2"),
+            outbox.complete_soon(good.job_id, good.token, b"1"),
+            outbox.complete_soon(bad.job_id, bad.token, b"2"),
         )
     finally:
         flusher.cancel()
