@@ -79,34 +79,40 @@ async def test_a_dependency_down_spends_nothing_and_the_consumer_waits(
     await wait_for(lambda: _state_is(q, "WRK_waits", "idle", "busy"), 5)
 
 
+class Dependency:
+    """A dependency down until told otherwise, counting the probes that ask it."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.asked = 0
+
+    async def probe(self) -> None:
+        self.asked += 1
+        if self.down:
+            raise ConnectionError("still down")
+
+
 async def test_a_probe_callable_is_asked_instead_of_a_job(
     q: echomq.Queue, start_consumer: Runner
 ) -> None:
-    down = True
+    dependency = Dependency()
     calls = Counter[str]()
-    asked = 0
 
     async def handler(claim: echomq.Claim) -> str:
         calls[claim.job_id] += 1
-        if down:
+        if dependency.down:
             raise echomq.Unavailable("service down")
         return "ok"
 
-    async def probe() -> None:
-        nonlocal asked
-        asked += 1
-        if down:
-            raise ConnectionError("still down")
-
     for i in range(10):
         await q.lanes.enqueue(f"l{i}", i)
-    c = await start_consumer(handler, concurrency=2, probe=probe, probe_max_ms=300)
+    c = await start_consumer(handler, concurrency=2, probe=dependency.probe, probe_max_ms=300)
     await wait_for(lambda: _true(c.waiting))
     before = sum(calls.values())
     await asyncio.sleep(1.5)
     assert sum(calls.values()) == before  # no job goes through while the probe says down
-    assert 3 <= asked <= 12
-    down = False
+    assert 3 <= dependency.asked <= 12
+    dependency.down = False
     t = time.monotonic()
     await wait_for(lambda: completed(q, 10), 10)
     assert time.monotonic() - t < 1.0
@@ -123,22 +129,15 @@ async def test_a_consumer_parked_when_its_dependency_goes_down_starts_probing_at
     is asked within its backoff, not after the park's 15 s. (Under `codemojex up` with
     SQLite locked, a worker parked so said `waiting` 10 s after the lock was released,
     without one probe meanwhile.)"""
-    down = True
-    asked = 0
+    dependency = Dependency()
 
     async def handler(claim: echomq.Claim) -> str:
         await asyncio.sleep(0.3)  # the claimer parks again, behind the test's BLPOP
-        if down:
+        if dependency.down:
             raise echomq.Unavailable("service down")
         return "ok"
 
-    async def probe() -> None:
-        nonlocal asked
-        asked += 1
-        if down:
-            raise ConnectionError("still down")
-
-    c = await start_consumer(handler, concurrency=4, probe=probe, probe_max_ms=300)
+    c = await start_consumer(handler, concurrency=4, probe=dependency.probe, probe_max_ms=300)
     await asyncio.sleep(0.3)  # parked on the empty queue
     other = await blocking_twin(q.conn, q.keys.wake)
     try:
@@ -147,8 +146,10 @@ async def test_a_consumer_parked_when_its_dependency_goes_down_starts_probing_at
         await q.lanes.enqueue("only", 1)  # wakes the claimer, which claims it and parks
         await wait_for(lambda: _true(c.waiting))
         assert await asyncio.wait_for(token, 5) is not None  # the hand-back's token: ours
-        await wait_for(lambda: _true(asked >= 1), 3)  # the park is 15 s: the wait woke it
-        down = False
+        await wait_for(
+            lambda: _true(dependency.asked >= 1), 3
+        )  # the park is 15 s: the wait woke it
+        dependency.down = False
         await wait_for(lambda: completed(q, 1), 3)
     finally:
         await other.aclose()
