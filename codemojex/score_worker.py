@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
 import time
 from typing import Any
 
@@ -39,10 +40,15 @@ from codemojex.guesses import player_of
 from codemojex.rounds import Rounds
 from codemojex.rules import feedback, points_for
 
-try:  # the PostgreSQL driver; SQLite deployments may not have it
-    import asyncpg  # type: ignore[import-untyped]
 
-    _PG_DOWN: tuple[type[BaseException], ...] = (
+def _pg_down() -> tuple[type[BaseException], ...]:
+    """asyncpg's errors that mean the server cannot be reached. Looked up, not imported:
+    asyncpg costs ~45 ms of import in every process, and an error of it can only have been
+    raised once SQLAlchemy's PostgreSQL dialect has imported it."""
+    asyncpg = sys.modules.get("asyncpg")
+    if asyncpg is None:
+        return ()
+    return (
         asyncpg.PostgresConnectionError,  # SQLSTATE class 08
         asyncpg.CannotConnectNowError,  # 57P03: starting up, shutting down
         asyncpg.AdminShutdownError,  # 57P01: pg_ctl stop -m fast
@@ -50,8 +56,7 @@ try:  # the PostgreSQL driver; SQLite deployments may not have it
         asyncpg.TooManyConnectionsError,  # 53300
         asyncpg.ConnectionDoesNotExistError,
     )
-except ImportError:  # pragma: no cover - asyncpg is a dependency today
-    _PG_DOWN = ()
+
 
 # A probe that has not answered by then counts as "still down" (asyncpg's own connect
 # timeout is 60 s; the consumer waits for the probe before it tries again).
@@ -67,6 +72,7 @@ _SQLITE_DOWN = ("database is locked", "database table is locked", "unable to ope
 def unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it wraps) says the database cannot be reached right now,
     rather than that this write is wrong: the guess should wait, not fail."""
+    down = (OSError, TimeoutError, PoolTimeout, *_pg_down())
     todo: list[BaseException | None] = [exc]
     seen: set[int] = set()
     while todo:
@@ -76,7 +82,7 @@ def unreachable(exc: BaseException) -> bool:
         seen.add(id(e))
         if isinstance(e, DBAPIError) and e.connection_invalidated:
             return True  # SQLAlchemy saw the connection drop
-        if isinstance(e, (OSError, TimeoutError, PoolTimeout, *_PG_DOWN)):
+        if isinstance(e, down):
             return True  # refused, reset, unreachable, timed out, shut down
         if isinstance(e, sqlite3.OperationalError) and any(m in str(e) for m in _SQLITE_DOWN):
             return True

@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
@@ -16,10 +15,16 @@ def upsert_insert(conn: AsyncConnection, table: Any) -> Any:
     Idempotency rests on ``ON CONFLICT``, which has no portable spelling; SQLite and
     PostgreSQL happen to share the same SQLAlchemy API for it.
     """
+    # Imported here: the PostgreSQL dialect costs ~60 ms of import in every process, and a
+    # SQLite deployment never needs it (the engine has loaded its own dialect already).
     name = conn.dialect.name
     if name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table)
     if name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table)
     raise NotImplementedError(f"the durable floor supports sqlite and postgresql, not {name}")
 
