@@ -1,0 +1,183 @@
+"""Where an idle consumer's end-to-end latency goes, by Valkey's ``appendfsync``. Prints
+figures; it is not a test.
+
+    uv run python -m bench.bench_wake [--jobs 2500] [--rate 500] [--rounds 3]
+                                      [--modes always,everysec,no]
+
+Issue 22 asks for an e2e p99 of 2 ms at 500 jobs/s. This splits that latency in two, for a
+parked consumer (``Consumer(concurrency=32, batch=32)`` on lanes, in this process) fed open
+loop by a producer process (``--rate`` jobs/s over 100 lanes, each job stamped with
+``CLOCK_MONOTONIC`` just before its enqueue call):
+
+- **stamp → claimed**: the enqueue, its wake token, the BLPOP's answer and the claim
+  script, up to the consumer's ``on_claim`` hook (a public hook: nothing is patched);
+- **claimed → handler**: the consumer's own work before the handler starts (hand the claim
+  to a slot, start the handler's task);
+- **e2e**: the two together, what ``bench.compare`` reports.
+
+With ``appendfsync always`` Valkey fsyncs the append-only file before it answers any write,
+and both halves of a wake write (the enqueue, then the claim): two fsyncs on every idle
+job's path. The modes are interleaved, one fresh server per round and mode, and each figure
+is the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+import echomq
+from bench.common import ROOT, embedded_server
+from bench.compare.figures import percentile
+
+LANES = 100
+QUEUE = "wake"
+HALVES = ("stamp_claimed", "claimed_handler", "e2e")
+
+
+async def produce(url: str, jobs: int, rate: float) -> None:
+    """Open loop: job ``i`` is due at ``i / rate`` s; a late one is sent at once, stamped
+    when it is sent (its wait for a turn is the producer's, not the queue's)."""
+    q = echomq.Queue(echomq.connect(url), QUEUE)
+    lanes = itertools.cycle([f"L{i:03d}" for i in range(LANES)])
+    await q.conn.ping()  # connected before the first stamp
+    sent: list[asyncio.Future[Any]] = []
+    t0 = time.monotonic()
+    for i in range(jobs):
+        wait = t0 + i / rate - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        payload = {"t": time.monotonic_ns()}
+        sent.append(asyncio.ensure_future(q.lanes.enqueue(next(lanes), payload)))
+    await asyncio.gather(*sent)
+    await q.conn.aclose()
+
+
+async def one_run(url: str, jobs: int, rate: float) -> dict[str, list[int]]:
+    """Each job's three figures (ns), from one consumer fed by one producer process."""
+    q = echomq.Queue(echomq.connect(url), QUEUE)
+    claimed: dict[str, int] = {}
+    out: dict[str, list[int]] = {h: [] for h in HALVES}
+    done = asyncio.Event()
+
+    def on_claim(claims: Sequence[echomq.Claim]) -> None:
+        now = time.monotonic_ns()
+        for c in claims:
+            claimed[c.job_id] = now
+
+    async def handler(claim: echomq.Claim) -> None:
+        now = time.monotonic_ns()
+        stamp, at = int(claim.payload["t"]), claimed.pop(claim.job_id)
+        out["stamp_claimed"].append(at - stamp)
+        out["claimed_handler"].append(now - at)
+        out["e2e"].append(now - stamp)
+        if len(out["e2e"]) == jobs:
+            done.set()
+
+    consumer = echomq.Consumer(
+        q,
+        handler,
+        concurrency=32,
+        batch=32,
+        source="lanes",
+        hooks=[echomq.Hooks(on_claim=on_claim)],
+    )
+    running = asyncio.ensure_future(consumer.run())
+    try:
+        await asyncio.sleep(0.5)  # parked on the wake key before the first job
+        producer = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.bench_wake",
+            "--produce",
+            url,
+            str(jobs),
+            str(rate),
+            cwd=ROOT,
+        )
+        if await producer.wait() != 0:
+            raise RuntimeError(f"the producer exited {producer.returncode}")
+        await asyncio.wait_for(done.wait(), timeout=60)
+    finally:
+        consumer.stop()
+        await running
+        await q.conn.aclose()
+    return out
+
+
+def figures(run: dict[str, list[int]]) -> dict[str, float]:
+    """p50 and p99 of each figure, in ms."""
+    out: dict[str, float] = {}
+    for half in HALVES:
+        s = sorted(run[half])
+        out[f"{half}_p50"] = percentile(s, 0.50) / 1e6
+        out[f"{half}_p99"] = percentile(s, 0.99) / 1e6
+    return out
+
+
+def measure(
+    modes: Sequence[str], jobs: int, rate: float, rounds: int, progress: bool = True
+) -> dict[str, list[dict[str, float]]]:
+    """Per mode, one figures dict per round; the modes interleaved, a fresh server each."""
+    order = list(modes)
+    out: dict[str, list[dict[str, float]]] = {m: [] for m in order}
+    # Refreshed between runs only: a refresh thread would take the GIL from the consumer.
+    with Progress(disable=not progress, transient=True, auto_refresh=False) as bar:
+        task = bar.add_task("runs", total=rounds * len(order))
+        for r in range(rounds):
+            for mode in order[r % len(order) :] + order[: r % len(order)]:
+                with embedded_server(mode) as server:
+                    out[mode].append(figures(asyncio.run(one_run(server.url, jobs, rate))))
+                bar.advance(task)
+                bar.refresh()
+    return out
+
+
+def table(results: dict[str, list[dict[str, float]]], jobs: int, rate: float) -> Table:
+    base = next(reversed(results))  # the last mode given: the baseline of the ratios
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in results.items()}
+    t = Table(
+        title=f"An idle consumer's e2e latency by appendfsync: {jobs} jobs at {rate:g}/s, "
+        f"medians of {len(next(iter(results.values())))} rounds (ms; × {base})"
+    )
+    t.add_column("appendfsync")
+    for half in ("stamp → claimed", "claimed → handler", "e2e"):
+        t.add_column(f"{half}\np50 / p99", justify="right")
+    t.add_column(f"e2e × {base}\np50 / p99", justify="right")
+    for mode, m in med.items():
+        cells = [f"{m[f'{h}_p50']:.2f} / {m[f'{h}_p99']:.2f}" for h in HALVES]
+        r50 = m["e2e_p50"] / med[base]["e2e_p50"]
+        r99 = m["e2e_p99"] / med[base]["e2e_p99"]
+        t.add_row(mode, *cells, f"{r50:.2f}× / {r99:.2f}×")
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--jobs", type=int, default=2500)
+    p.add_argument("--rate", type=float, default=500.0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--modes", default="always,everysec,no")
+    p.add_argument("--produce", nargs=3, metavar=("URL", "JOBS", "RATE"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.produce:
+        url, jobs, rate = a.produce
+        asyncio.run(produce(url, int(jobs), float(rate)))
+        return
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    results = measure(modes, a.jobs, a.rate, a.rounds)
+    Console().print(table(results, a.jobs, a.rate))
+
+
+if __name__ == "__main__":
+    main()
