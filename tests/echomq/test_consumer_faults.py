@@ -263,9 +263,13 @@ async def test_on_a_cluster_client_the_park_has_a_connection_of_its_own(
 
     c = echomq.Consumer(q, handler, heartbeat_ms=100, reap_interval_ms=100, park_max_ms=30_000)
     task = asyncio.create_task(c.run())
+
+    async def parked() -> bool:  # 0.3 s was not always enough on a loaded machine
+        return c._park.conn is not None
+
     try:
         for n in range(3):
-            await asyncio.sleep(0.3)  # parked by now
+            await wait_for(parked)
             assert c._park.conn is not None and c._park.conn is not cluster
             assert isinstance(c._park.conn, redis.asyncio.Redis)
             c._kick.set()  # what our reaper does after moving jobs: the park is dropped
