@@ -38,7 +38,7 @@ from rich.table import Table
 
 import echomq
 from bench.common import ROOT, embedded_server
-from bench.compare.figures import percentile
+from bench.compare.figures import latency_ms
 
 LANES = 100
 QUEUE = "wake"
@@ -116,13 +116,12 @@ async def one_run(url: str, jobs: int, rate: float) -> dict[str, list[int]]:
 
 
 def figures(run: dict[str, list[int]]) -> dict[str, float]:
-    """p50 and p99 of each figure, in ms."""
-    out: dict[str, float] = {}
-    for half in HALVES:
-        s = sorted(run[half])
-        out[f"{half}_p50"] = percentile(s, 0.50) / 1e6
-        out[f"{half}_p99"] = percentile(s, 0.99) / 1e6
-    return out
+    """p50, p90, p99 and max of each figure, in ms (``bench.compare``'s own figures)."""
+    return {
+        f"{half}_{q}": ms
+        for half in HALVES
+        for q, ms in latency_ms([ns // 1000 for ns in run[half]]).items()
+    }
 
 
 def measure(

@@ -146,9 +146,8 @@ async def test_a_consumer_parked_when_its_dependency_goes_down_starts_probing_at
         await q.lanes.enqueue("only", 1)  # wakes the claimer, which claims it and parks
         await wait_for(lambda: _true(c.waiting))
         assert await asyncio.wait_for(token, 5) is not None  # the hand-back's token: ours
-        await wait_for(
-            lambda: _true(dependency.asked >= 1), 3
-        )  # the park is 15 s: the wait woke it
+        # the park is 15 s: the wait woke it
+        await wait_for(lambda: _true(dependency.asked >= 1), 3)
         dependency.down = False
         await wait_for(lambda: completed(q, 1), 3)
     finally:
