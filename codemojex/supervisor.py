@@ -3,6 +3,9 @@
 * Every child is spawned from the main thread with ``PR_SET_PDEATHSIG(SIGTERM)`` (the kernel
   signals it when this process dies, even by SIGKILL) and in its own process group (a
   terminal's Ctrl-C reaches only us, so we decide the order things stop in).
+* Children are forked from a fork server (``codemojex.zygote``) that has imported the stack
+  once: a web server or a worker, and a replacement for a killed one, starts without 1.5 s of
+  CPU spent importing. Where the fork server cannot start they are spawned as before.
 * A worker that dies is replaced after a short delay (longer if it keeps dying at start)
   **under a new worker id**, and why it died ("killed (SIGKILL)", "exited 1") is recorded in
   Valkey for the admin page. The web server is restarted the same way, on the same port.
@@ -34,6 +37,7 @@ import redis.asyncio
 
 import echomq
 from codemojex import control
+from codemojex.zygote import Process, Zygote, ZygoteGone, forkable
 from echomq.connection import Client
 from echomq.server import die_with_parent
 
@@ -53,6 +57,7 @@ READY_TIMEOUT_S = 30.0
 # `uv run` (the README's way to start) forwards what it gets to its child. A repeat this
 # soon is the same keystroke, not a second one asking to skip the clean stop.
 SAME_SIGNAL_S = 0.5
+ZYGOTE_RETRY_S = 30.0  # after the fork server failed to start, spawn directly this long
 
 
 class StartupFailed(Exception):
@@ -84,7 +89,7 @@ def exit_reason(returncode: int) -> str:
 @dataclass
 class Child:
     role: str  # "web" | "worker"
-    proc: subprocess.Popen[bytes]
+    proc: Process
     worker_id: str | None = None
     metrics_port: int | None = None
     started: float = field(default_factory=time.monotonic)
@@ -120,6 +125,7 @@ class Supervisor:
         embedded: EmbeddedValkey | None = None,
         restart_delay: float = RESTART_DELAY_S,
         stop_timeout: float = STOP_TIMEOUT_S,
+        fork_server: bool = True,
     ) -> None:
         self.supervisor_id = echomq.branded("SUP")
         self.valkey_url = valkey_url
@@ -144,6 +150,9 @@ class Supervisor:
         self._ready = False
         self._background: set[asyncio.Task[None]] = set()
         self._conn: Client | None = None
+        self._fork_server = fork_server
+        self._zygote: Zygote | None = None
+        self._zygote_failed_at = -ZYGOTE_RETRY_S
 
     # -- control --------------------------------------------------------------------------------
 
@@ -194,6 +203,8 @@ class Supervisor:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._stop_children()
+            if self._zygote is not None:
+                self._zygote.close()
             await self._say_goodbye()
             await asyncio.gather(*self._background, return_exceptions=True)
             await self._conn.aclose()
@@ -203,7 +214,7 @@ class Supervisor:
 
     def _start_web(self) -> None:
         assert self.web_argv is not None
-        child = Child("web", spawn(self.web_argv, self.env))
+        child = Child("web", self._spawn(self.web_argv, self.env))
         self.children.append(child)
         log.info("started %s", child.name)
 
@@ -225,13 +236,43 @@ class Supervisor:
             env["CODEMOJEX_METRICS_PORT"] = str(metrics_port)
         child = Child(
             "worker",
-            spawn(self.worker_argv, env),
+            self._spawn(self.worker_argv, env),
             worker_id=worker_id,
             metrics_port=metrics_port,
         )
         self.children.append(child)
         log.info("started %s", child.name, extra={"worker_id": worker_id})
         self._later(control.remember_worker(self._redis(), worker_id))
+
+    def _spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Process:
+        """A fork of the fork server when it can run ``argv``; a new process otherwise."""
+        if self._fork_server and forkable(argv):
+            zygote = self._zygote_up()
+            if zygote is not None:
+                try:
+                    return zygote.spawn(argv, env)
+                except ZygoteGone as e:
+                    log.warning("the fork server is gone (%s); starting a new one", e)
+                    zygote = self._zygote_up()
+                    if zygote is not None:
+                        with contextlib.suppress(ZygoteGone):
+                            return zygote.spawn(argv, env)
+        return spawn(argv, env)
+
+    def _zygote_up(self) -> Zygote | None:
+        """The fork server, started if need be (blocking: at most its import time)."""
+        if self._zygote is not None and not self._zygote.gone:
+            return self._zygote
+        if time.monotonic() - self._zygote_failed_at < ZYGOTE_RETRY_S:
+            return None
+        try:
+            self._zygote = Zygote.start(self.env)
+        except ZygoteGone as e:
+            self._zygote, self._zygote_failed_at = None, time.monotonic()
+            log.warning("no fork server (%s): children start as new processes", e)
+            return None
+        log.info("fork server ready (pid %s)", self._zygote.proc.pid)
+        return self._zygote
 
     def _watch(self) -> None:
         """Reap children that died, schedule their replacements, start the ones due."""

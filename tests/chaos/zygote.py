@@ -39,6 +39,7 @@ import codemojex.logs
 import codemojex.worker
 from codemojex import crashpoints
 from codemojex.config import Config
+from codemojex.zygote import reaped
 from tests.chaos import proc_consumer
 
 _PR_SET_PDEATHSIG = 1
@@ -87,14 +88,8 @@ def _reply(line: str) -> None:
 
 
 def _reap() -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _reply(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
+    for pid, code in reaped():
+        _reply(f"exit {pid} {code}")
 
 
 def main() -> None:
