@@ -153,7 +153,9 @@ class _Server:
 
     def _become_child(self) -> None:
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+        # As in a new interpreter: Ctrl-C raises KeyboardInterrupt, the rest are the OS's.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         self.control.close()
         os.close(self.wake_r)
