@@ -32,7 +32,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 import echomq
-from bench.common import embedded_server
+from bench.common import embedded_server, proc_stat_fields
 from codemojex.config import GUESS_QUEUE
 from codemojex.store import migrate, sqlite_url
 from codemojex.zygote import Process, Zygote
@@ -51,7 +51,8 @@ def _children_cpu() -> float:
 
 def _reaped_cpu(pid: int) -> float:
     """CPU of the children ``pid`` has reaped (cutime + cstime), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proc_stat_fields(pid)
+    assert fields is not None, f"the fork server {pid} is gone"
     return (int(fields[16 - 3]) + int(fields[17 - 3])) / TICK
 
 

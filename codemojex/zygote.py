@@ -67,13 +67,23 @@ def _prctl_pdeathsig(sig: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """``/proc/<pid>/stat`` from field 3 (state) on, see proc(5); None once it is gone. The
+    command name is skipped by its last ``)``: it may hold spaces and parentheses."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _retitle(argv: Sequence[str]) -> None:
     """Make ``/proc/self/cmdline`` read ``argv``, NUL-separated as after an exec (``ps``,
     psutil and pgrep see the command), by writing over the original argument strings, which
     CPython copied at start and never reads again. setproctitle would write one string, and
     over the environment's area too."""
-    stat = Path("/proc/self/stat").read_text()
-    fields = stat.rsplit(")", 1)[1].split()  # from field 3 (state) on: see proc(5)
+    fields = _stat("self")
+    if fields is None:
+        return
     start, end = int(fields[48 - 3]), int(fields[49 - 3])  # arg_start, arg_end
     room = end - start
     data = b"\0".join(a.encode() for a in argv) + b"\0"
@@ -175,10 +185,10 @@ def _run_child(argv: Sequence[str], env: Mapping[str, str]) -> None:
     crashpoints.reload()  # read at import, from the zygote's environment
     _retitle(argv)
     import codemojex.__main__
-    from codemojex.cli import main
+    from codemojex.cli import main as codemojex_main
 
     sys.argv = [str(codemojex.__main__.__file__), *argv[3:]]
-    main(list(argv[3:]))
+    codemojex_main(list(argv[3:]))
 
 
 def main() -> None:
@@ -234,7 +244,6 @@ class Zygote:
         self._buf = b""
         self._pids: list[int] = []
         self._exits: dict[int, int] = {}
-        self._children: set[int] = set()
 
     @classmethod
     def start(cls, env: Mapping[str, str], timeout: float = READY_TIMEOUT_S) -> Zygote:
@@ -283,7 +292,6 @@ class Zygote:
                 self._lost(kill=True)
                 raise ZygoteGone(f"no pid within {ORDER_TIMEOUT_S:g} s")
         pid = self._pids.pop(0)
-        self._children.add(pid)
         return Forked(self, pid)
 
     def returncode(self, pid: int, wait_s: float = 0.0) -> int | None:
@@ -354,11 +362,8 @@ class Zygote:
     def _orphan_code(self, pid: int) -> int | None:
         """A child of a zygote that died: SIGTERMed by the kernel with it (PDEATHSIG) and
         reaped by init, so its own exit status is not ours to read; None while it drains."""
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            stat = ""
-        if not stat or stat.rsplit(")", 1)[1].split()[0] == "Z":  # gone, or dead unreaped
+        fields = _stat(pid)
+        if fields is None or fields[0] == "Z":  # gone, or dead and not yet reaped by init
             self._exits[pid] = -int(signal.SIGTERM)
             return self._exits[pid]
         return None

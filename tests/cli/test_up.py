@@ -53,6 +53,27 @@ def alive_workers(http: httpx.Client, up: Up) -> dict[str, dict[str, object]]:
     return {w["worker_id"]: w for w in r.json()["workers"] if w["alive"]}
 
 
+def heartbeating_workers(
+    http: httpx.Client, up: Up, n: int, timeout: float, without: object = None
+) -> dict[str, dict[str, object]]:
+    """Once ``n`` workers are alive and each has beaten (a worker spawned but not yet beating
+    is alive with no pid), none of them with pid ``without``: their rows."""
+    return dict(
+        wait_until(
+            lambda: (
+                (w := alive_workers(http, up))
+                and len(w) == n
+                and all(x["pid"] for x in w.values())
+                and without not in {x["pid"] for x in w.values()}
+                and w
+            ),
+            timeout,
+            f"{n} alive, heartbeating workers",
+            logs=up.logs,
+        )
+    )
+
+
 def client(up: Up) -> httpx.Client:
     return httpx.Client(base_url=up.base, timeout=5, trust_env=False)
 
@@ -80,17 +101,7 @@ def test_up_scores_guesses_stops_without_orphans_and_resumes_after_restart(
         )
         # Both heartbeating: a worker spawned but not yet beating is alive with no pid (CI
         # once saw one still starting after the other had scored all three guesses).
-        workers = wait_until(
-            lambda: (
-                (w := alive_workers(http, up))
-                and len(w) == 2
-                and all(x["pid"] for x in w.values())
-                and w
-            ),
-            10,
-            "two alive, heartbeating workers",
-            logs=up.logs,
-        )
+        workers = heartbeating_workers(http, up, 2, 10)
         assert {w["pid"] for w in workers.values()} <= up.track()
         player = {"Authorization": f"Bearer {token}"}
         assert http.get("/api/admin/workers", headers=player).status_code == 401

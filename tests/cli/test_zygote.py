@@ -15,9 +15,10 @@ from typing import cast
 
 import pytest
 
+from bench.common import proc_parent
 from codemojex.zygote import Zygote, ZygoteGone, forkable
 from tests.cli.running import Up, cmdline, is_running, wait_until
-from tests.cli.test_up import alive_workers, client
+from tests.cli.test_up import client, heartbeating_workers
 
 ME = [sys.executable, "-m", "codemojex"]
 # A worker that never gets anywhere (nothing listens on port 1): it retries until signalled.
@@ -26,10 +27,6 @@ STUCK_WORKER = [*ME, "worker", "--valkey-url", "redis://127.0.0.1:1/0"]
 
 def clean_env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")} | extra
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @pytest.fixture
@@ -60,7 +57,7 @@ def test_a_fork_reads_as_its_command_and_ends_as_popen_reports(zygote: Zygote) -
     wait_until(lambda: "worker" in cmdline(child.pid), 10, "the fork's command line")
     argv = Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0")
     assert [a.decode() for a in argv[: len(STUCK_WORKER)]] == STUCK_WORKER
-    assert parent_of(child.pid) == zygote.proc.pid
+    assert proc_parent(child.pid) == zygote.proc.pid
     assert os.getpgid(child.pid) == child.pid  # its own group: a terminal's Ctrl-C is ours
     assert child.poll() is None
     child.kill()
@@ -103,39 +100,19 @@ def test_up_forks_its_web_server_its_workers_and_their_replacements(
 ) -> None:
     up = start_up("--workers", "2")
     zygote = fork_server_of(up)
-    assert parent_of(zygote) == up.proc.pid  # type: ignore[union-attr]
+    assert proc_parent(zygote) == up.proc.pid  # type: ignore[union-attr]
     (web,) = up.web_pids()
-    assert parent_of(web) == zygote
+    assert proc_parent(web) == zygote
     with client(up) as http:
-        workers = wait_until(
-            lambda: (
-                (a := alive_workers(http, up))
-                and len(a) == 2
-                and all(w["pid"] for w in a.values())
-                and a
-            ),
-            15,
-            "two workers",
-        )
+        workers = heartbeating_workers(http, up, 2, 15)
         pids = {cast(int, w["pid"]) for w in workers.values()}
         for pid in pids:
-            assert parent_of(pid) == zygote, cmdline(pid)
+            assert proc_parent(pid) == zygote, cmdline(pid)
         victim = min(pids)
         os.kill(victim, signal.SIGKILL)
-        again = wait_until(
-            lambda: (
-                (a := alive_workers(http, up))
-                and len(a) == 2
-                and all(w["pid"] for w in a.values())
-                and victim not in {w["pid"] for w in a.values()}
-                and a
-            ),
-            20,
-            "a replacement worker",
-            logs=up.logs,
-        )
+        again = heartbeating_workers(http, up, 2, 20, without=victim)
         for info in again.values():
-            assert parent_of(cast(int, info["pid"])) == zygote
+            assert proc_parent(cast(int, info["pid"])) == zygote
     assert up.stop() == 0
     assert not is_running(zygote)
     assert not up.leftovers()
