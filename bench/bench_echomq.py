@@ -69,7 +69,9 @@ from codemojex.guesses import guess_payload
 from echomq import Queue, Settings
 from echomq.codec import text
 from echomq.ids import job_id as mint_job_id
-from echomq.scripts import SCRIPTS, Call
+from echomq.jobs import enqueue_call as plain_enqueue_call
+from echomq.lanes import lane_enqueue_call
+from echomq.scripts import Call
 
 console = Console()
 if not console.is_terminal:  # piped or captured: wide enough for the tables, no live bars
@@ -221,19 +223,15 @@ def print_ceiling(c: dict[str, Any]) -> None:
 
 
 def enqueue_call(q: Queue, source: str, i: int, lanes: int, payload: bytes) -> Call:
+    """One job as ``Lanes.submit`` / ``Jobs.enqueue`` would send it (the library's own call
+    builders, so the benchmark cannot drift from the scripts' KEYS and ARGV): no cap,
+    deadline, seq, load subject, dedup, rate limit or headers."""
     jid = mint_job_id()
-    k = q.keys
     if source == "lanes":
-        lane = f"L{i % lanes:03d}"
-        return (
-            SCRIPTS["lane_enqueue"],
-            k.script_keys(
-                "lane_enqueue", k.job(jid), k.lane(lane), k.seq(lane, ""), k.dedup(""), k.rate("")
-            ),
-            # no cap, deadline, seq, load subject, dedup or rate limit; no headers
-            [jid, lane, payload, 5, 0, 0, 0, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
+        return lane_enqueue_call(
+            q.keys, jid, f"L{i % lanes:03d}", payload, seq_ttl_ms=q.settings.seq_ttl_ms
         )
-    return (SCRIPTS["enqueue"], k.script_keys("enqueue", k.job(jid)), [jid, payload, 5, 0, 0])
+    return plain_enqueue_call(q.keys, jid, payload)
 
 
 async def enqueue_pipelined(
@@ -495,16 +493,13 @@ async def flush_sync(conn: Any) -> None:
 def game_enqueue_call(q: Queue, i: int, lanes: int, payload: bytes) -> Call:
     """A guess as codemojex.guesses submits it: the player's own lane (a PLR_ id), numbered
     within the round (so the row has a ``seq``), the lane its own load subject."""
-    jid = mint_job_id()
-    k = q.keys
-    lane = f"PLR_{i % lanes:026d}"
-    scope = str(PAYLOAD["round_id"])
-    return (
-        SCRIPTS["lane_enqueue"],
-        k.script_keys(
-            "lane_enqueue", k.job(jid), k.lane(lane), k.seq(lane, scope), k.dedup(""), k.rate("")
-        ),
-        [jid, lane, payload, 5, 0, 0, 1, q.settings.seq_ttl_ms, 0, "", "", 0, 0, 0],
+    return lane_enqueue_call(
+        q.keys,
+        mint_job_id(),
+        f"PLR_{i % lanes:026d}",
+        payload,
+        seq_scope=str(PAYLOAD["round_id"]),
+        seq_ttl_ms=q.settings.seq_ttl_ms,
     )
 
 

@@ -15,6 +15,11 @@ from typing import Any
 MAX_HEADERS = 16
 MAX_HEADERS_BYTES = 4096
 
+# Deliveries a job is allowed unless told otherwise. A row at this default has no `max`
+# field (7 bytes of listpack, which under jemalloc is what takes a game's row from the
+# 256-byte size class to 224): lua/include/common.lua DEFAULT_MAX_ATTEMPTS is the same.
+DEFAULT_MAX_ATTEMPTS = 5
+
 
 # The largest integer any call sends to a script. Lua numbers are doubles, exact up to
 # 2^53 only, and the scripts add to what they receive: a claim HINCRBYs `attempts`, a lease

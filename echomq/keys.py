@@ -86,10 +86,10 @@ class Keys:
 
     def job(self, job_id: str) -> str:
         """Hash: the job row. Its fields, written only when they say something a default
-        does not (a pending guess's row is ``lane``, ``body``, ``max``, ``enq``, ``seq``):
+        does not (a pending guess's row is ``lane``, ``body``, ``enq``, ``seq``):
 
         ``body`` the payload (``payload`` in a row written before that name, still read);
-        ``lane``; ``max`` deliveries allowed; ``enq`` enqueue time; ``seq``; ``headers``;
+        ``lane``; ``max`` deliveries allowed (absent: ``checks.DEFAULT_MAX_ATTEMPTS``); ``enq`` enqueue time; ``seq``; ``headers``;
         ``load`` the load subject when it is not the lane; ``state`` (absent = pending);
         ``attempts`` (the fencing token), ``failures``, ``stalls`` (absent = 0); while
         active ``worker``, ``lease``, ``lid``; ``due`` while scheduled; ``error``,

@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import checks
+from .checks import DEFAULT_MAX_ATTEMPTS
 from .codec import dumps, text
 from .codes import refuse
 from .ids import job_id as mint_job_id
 from .jobs import claim_args, claim_keys, decode_batch, encode_headers
-from .scripts import SCRIPTS
+from .keys import Keys
+from .scripts import SCRIPTS, Call
 from .types import Claim, ClaimBatch, Enqueued, JobInfo
 
 if TYPE_CHECKING:
@@ -60,6 +62,62 @@ def _rate(value: object) -> float:
     return rate
 
 
+def lane_enqueue_call(
+    keys: Keys,
+    job_id: str,
+    lane: str,
+    body: bytes | str,
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_pending: int = 0,
+    deadline_ms: int = 0,
+    seq_scope: str | None = None,
+    seq_ttl_ms: int,
+    attempts: int = 0,
+    load_subject: str | None = None,
+    dedup: tuple[str, str, int] = ("", "", 0),
+    rate_subject: str | None = None,
+    rate_per_s: float = 0,
+    rate_burst: int = 0,
+    headers: bytes | str = "",
+) -> Call:
+    """The ``lane_enqueue.lua`` call :meth:`Lanes.submit` sends, arguments already checked
+    and encoded: one place that knows the script's KEYS and ARGV, for the benchmarks that
+    pipeline thousands of enqueues too (a copy of them there once went stale unnoticed)."""
+    dedup_key, fingerprint, dedup_ttl_ms = dedup
+    subject = load_subject or lane
+    return (
+        SCRIPTS["lane_enqueue"],
+        keys.script_keys(
+            "lane_enqueue",
+            keys.job(job_id),
+            keys.lane(lane),
+            keys.seq(lane, seq_scope or ""),
+            keys.dedup(dedup_key),
+            keys.rate(rate_subject or ""),
+            keys.open(subject),
+            keys.lane(subject),
+        ),
+        [
+            job_id,
+            lane,
+            body,
+            max_attempts,
+            max_pending,
+            deadline_ms,
+            1 if seq_scope is not None else 0,
+            seq_ttl_ms,
+            attempts,
+            load_subject or "",
+            fingerprint,
+            dedup_ttl_ms,
+            repr(rate_per_s) if rate_per_s else 0,
+            rate_burst if rate_per_s else 0,
+            headers,
+        ],
+    )
+
+
 class Lanes:
     def __init__(self, queue: Queue) -> None:
         self._q = queue
@@ -71,7 +129,7 @@ class Lanes:
         payload: Any,
         *,
         job_id: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         headers: Mapping[str, str] | None = None,
     ) -> str:
         """Append to ``lane``; an id that already exists is a no-op returning that id.
@@ -90,7 +148,7 @@ class Lanes:
         payload: Any,
         *,
         job_id: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_pending: int = 0,
         deadline_ms: int = 0,
         seq_scope: str | None = None,
@@ -164,34 +222,24 @@ class Lanes:
         encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
-            SCRIPTS["lane_enqueue"],
-            self._keys.script_keys(
-                "lane_enqueue",
-                self._keys.job(jid),
-                self._keys.lane(lane),
-                self._keys.seq(lane, seq_scope or ""),
-                self._keys.dedup(dedup_key),
-                self._keys.rate(rate_subject or ""),
-                self._keys.open(load_subject or lane),
-                self._keys.lane(load_subject or lane),
-            ),
-            [
+            *lane_enqueue_call(
+                self._keys,
                 jid,
                 lane,
                 dumps(payload),
-                max_attempts,
-                max_pending,
-                deadline_ms,
-                1 if seq_scope is not None else 0,
-                self._q.settings.seq_ttl_ms,
-                attempts,
-                load_subject or "",
-                fingerprint,
-                dedup_ttl_ms,
-                repr(rate) if rate else 0,
-                rate_burst if rate else 0,
-                encoded_headers,
-            ],
+                max_attempts=max_attempts,
+                max_pending=max_pending,
+                deadline_ms=deadline_ms,
+                seq_scope=seq_scope,
+                seq_ttl_ms=self._q.settings.seq_ttl_ms,
+                attempts=attempts,
+                load_subject=load_subject,
+                dedup=(dedup_key, fingerprint, dedup_ttl_ms),
+                rate_subject=rate_subject,
+                rate_per_s=rate,
+                rate_burst=rate_burst,
+                headers=encoded_headers,
+            )
         )
         code = int(reply[0])
         refuse(

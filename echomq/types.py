@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Self, TypedDict
 
+from .checks import DEFAULT_MAX_ATTEMPTS
 from .codec import loads, number, text
 
 State = Literal["pending", "active", "scheduled", "completed", "dead"]
@@ -153,7 +154,7 @@ class JobInfo:
             lease_until_ms=int(lease) if lease else None,
             failures=number(g("failures")),
             stalls=number(g("stalls")),
-            max_attempts=number(g("max")),
+            max_attempts=number(g("max")) if g("max") else DEFAULT_MAX_ATTEMPTS,
             seq=int(seq) if seq else None,
             enqueued_at_ms=number(g("enq")),
             worker_id=g("worker") or None,

@@ -44,7 +44,7 @@ emit(ARGV[9], 'type', 'failed', 'job_id', id, 'lane', lane, 'error', ARGV[3],
 
 -- A malformed count (never written by EchoMQ) reads as out of deliveries: the job goes
 -- dead with its error rather than the script stopping half-way through its writes.
-if failures + (tonumber(row[2] or '0') or math.huge) >= (tonumber(row[3] or '1') or 0) then
+if failures + (tonumber(row[2] or '0') or math.huge) >= (tonumber(row[3] or DEFAULT_MAX_ATTEMPTS) or 0) then
   to_dead(id, jk, lane, now, 'failed ' .. failures .. ' times')
   emit(ARGV[9], 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'failed ' .. failures .. ' times')
   return 'dead'

@@ -105,9 +105,12 @@ if ARGV[7] == '1' then
   seq = redis.call('INCR', KEYS[4]) - 1
   redis.call('PEXPIRE', KEYS[4], ARGV[8])
 end
--- The row, in one HSET: what no default covers. No `id` (the key holds it), no counts at
--- 0 (readers take a missing count as 0).
-local row = {'lane', lane, 'body', ARGV[3], 'max', ARGV[4], 'enq', now}
+-- The row, in one HSET: what no default covers. No `id` (the key holds it), no `max` at
+-- its default (DEFAULT_MAX_ATTEMPTS), no counts at 0 (readers take a missing count as 0).
+local row = {'lane', lane, 'body', ARGV[3], 'enq', now}
+if tonumber(ARGV[4]) ~= DEFAULT_MAX_ATTEMPTS then
+  put(row, 'max', ARGV[4])
+end
 if ARGV[9] ~= '0' then
   put(row, 'attempts', ARGV[9])
 end

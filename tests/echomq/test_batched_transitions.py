@@ -4,11 +4,13 @@ still per job, and a batch orders, fences and counts exactly as the single calls
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 import echomq
+from echomq.checks import DEFAULT_MAX_ATTEMPTS
 from echomq.codec import dumps, text
 from echomq.jobs import COMPLETE_CHUNK
 
@@ -111,9 +113,10 @@ async def test_a_pending_row_holds_no_id_no_zero_counts_and_no_state(q: echomq.Q
     lane = (await q.lanes.submit("PLR_x", GUESS, seq_scope="RND_y")).job_id
     plain_row = await q.conn.hgetall(q.keys.job(plain))
     lane_row = await q.conn.hgetall(q.keys.job(lane))
-    # pending is a row with no state (a row that waits carries what no default covers)
-    assert set(plain_row) == {b"body", b"max", b"enq"}
-    assert set(lane_row) == {b"lane", b"body", b"max", b"enq", b"seq"}
+    # pending is a row with no state (a row that waits carries what no default covers:
+    # no `max` at the default number of deliveries either)
+    assert set(plain_row) == {b"body", b"enq"}
+    assert set(lane_row) == {b"lane", b"body", b"enq", b"seq"}
     # and the readers still see every field
     info = await q.jobs.get(lane)
     assert info is not None
@@ -126,7 +129,54 @@ async def test_a_pending_row_holds_no_id_no_zero_counts_and_no_state(q: echomq.Q
         0,
     )
     assert info.payload == GUESS and info.state == "pending"
+    assert info.max_attempts == DEFAULT_MAX_ATTEMPTS
     assert [i.job_id for i in await q.lanes.unfinished("PLR_x")] == [lane]
+
+
+@pytest.mark.parametrize("source", ["lanes", "jobs"])
+async def test_a_row_keeps_max_only_when_it_is_not_the_default(
+    q: echomq.Queue, source: str
+) -> None:
+    async def enqueue(max_attempts: int) -> str:
+        if source == "lanes":
+            return await q.lanes.enqueue("PLR_x", GUESS, max_attempts=max_attempts)
+        return await q.jobs.enqueue(GUESS, max_attempts=max_attempts)
+
+    other = await enqueue(DEFAULT_MAX_ATTEMPTS + 1)
+    default = await enqueue(DEFAULT_MAX_ATTEMPTS)
+    assert await q.conn.hget(q.keys.job(other), "max") == str(DEFAULT_MAX_ATTEMPTS + 1).encode()
+    assert await q.conn.hget(q.keys.job(default), "max") is None
+    got = {
+        i.job_id: i.max_attempts for i in [await q.jobs.get(other), await q.jobs.get(default)] if i
+    }
+    assert got == {other: DEFAULT_MAX_ATTEMPTS + 1, default: DEFAULT_MAX_ATTEMPTS}
+
+
+@pytest.mark.parametrize("how", ["fail", "stall"])
+async def test_a_row_without_max_gets_the_default_deliveries_then_goes_dead(
+    q: echomq.Queue, how: str
+) -> None:
+    # The scripts read a missing `max` as DEFAULT_MAX_ATTEMPTS: not 1 (dead at the first
+    # failure), not unlimited. Both paths that count deliveries: fail and the reaper's stall.
+    jid = await q.lanes.enqueue("PLR_x", GUESS)
+    assert await q.conn.hget(q.keys.job(jid), "max") is None
+    for delivery in range(1, DEFAULT_MAX_ATTEMPTS + 1):
+        c = await q.lanes.claim("w", 1 if how == "stall" else LEASE)
+        assert c is not None and c.job_id == jid, delivery
+        if how == "fail":
+            await q.jobs.fail(jid, c.token, "boom", retry_in_ms=0)
+        else:
+            await asyncio.sleep(0.01)  # the 1 ms lease has run out on the server clock
+            assert await q.stalled.reap() == [jid]
+        info = await q.jobs.get(jid)
+        assert info is not None
+        assert info.state == (
+            "dead"
+            if delivery == DEFAULT_MAX_ATTEMPTS
+            else "scheduled"
+            if how == "fail"
+            else "pending"
+        ), delivery
 
 
 @pytest.mark.parametrize("source", ["lanes", "jobs"])

@@ -184,6 +184,9 @@ local function count(v, default)
 end
 
 local DEAD_MALFORMED = 'malformed row'
+-- A row without `max` allows this many deliveries (echomq.checks.DEFAULT_MAX_ATTEMPTS):
+-- the enqueues write `max` only when it differs, a byte-size step of memory per job.
+local DEFAULT_MAX_ATTEMPTS = 5
 local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not given the cap
 
 -- Lease popped jobs to `worker`: bump each one's fencing token and record the deadline;
@@ -333,7 +336,7 @@ local function stall(id, now, maxlen, why)
   local jk = job_key(id)
   local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max', 'load')
   local lane = row[1] or ''
-  local failures, stalls, max = count(row[2], 0), count(row[3], 0), count(row[4], 1)
+  local failures, stalls, max = count(row[2], 0), count(row[3], 0), count(row[4], DEFAULT_MAX_ATTEMPTS)
   if failures == nil or stalls == nil or max == nil then
     unlease(id, jk)
     to_dead(id, jk, lane, now, DEAD_MALFORMED)
