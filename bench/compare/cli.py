@@ -69,6 +69,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--ceiling-calls", type=int, default=400_000, help="trivial EVALSHAs of the ceiling"
     )
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="everysec")
+    p.add_argument(
+        "--allocator",
+        choices=("auto", "jemalloc", "builtin"),
+        default="auto",
+        help="the server's malloc: jemalloc where installed (auto), or the binary's own",
+    )
     p.add_argument("--venvs", type=Path, default=venvs.CACHE, help="the peers' venv cache")
     p.add_argument("--logs", type=Path, default=ROOT / "bench" / "out" / "compare-logs")
     p.add_argument("--json", metavar="OUT", type=Path)
@@ -136,11 +142,12 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "errors": errors,
         "notes": notes,
     }
-    with embedded_server(a.appendfsync) as server:
+    with embedded_server(a.appendfsync, a.allocator) as server:
         assert server.port is not None
         conn = redis.Redis.from_url(server.url)
         try:
-            report["machine"] = machine(conn.info("server"))
+            report["machine"] = machine(conn.info("server")) | {"valkey_malloc": server.malloc}
+            console.print(f"Valkey's allocator: {server.malloc}")
             report["ceiling"] = _ceiling(server.url, server.port, a.ceiling_calls)
             ref = float(report["ceiling"]["reference"])
             console.print(
