@@ -28,8 +28,8 @@ end
 local now = server_now()
 local delay = tonumber(ARGV[4])
 -- The row, in one HSET: what no default covers. No `id` (the key holds it), no `lane`
--- (the plain queue has none), no `max` at its default, no counts at 0: readers take a missing count as 0, no
--- state while pending.
+-- (the plain queue has none), no `max` at its default (DEFAULT_MAX_ATTEMPTS), no counts
+-- at 0 (readers take a missing count as 0), no state while pending.
 local row = {'body', ARGV[2], 'enq', now}
 if tonumber(ARGV[3]) ~= DEFAULT_MAX_ATTEMPTS then
   put(row, 'max', ARGV[3])

@@ -62,6 +62,8 @@ BACKOFF = (
     "tests/echomq/test_backoff_edges.py",
     "tests/echomq/test_transitions.py",
 )
+# A row holds `max` only away from the default: what writes and reads it.
+DEFAULT_MAX = ("tests/echomq/test_batched_transitions.py",)
 REAP = (
     "tests/echomq/test_transitions.py",
     "tests/echomq/test_faults.py",
@@ -245,9 +247,26 @@ MUTATIONS: tuple[Mutation, ...] = (
       "", BACKOFF,
       "a failed job is never retried"),
     M("fail-one-extra-delivery", "backoff", "fail.lua",
-      ">= (tonumber(row[3] or '1') or 0) then",
-      "> (tonumber(row[3] or '1') or 0) then", BACKOFF,
+      ">= (tonumber(row[3] or DEFAULT_MAX_ATTEMPTS) or 0) then",
+      "> (tonumber(row[3] or DEFAULT_MAX_ATTEMPTS) or 0) then", BACKOFF,
       "a job is delivered max_attempts + 1 times"),
+    M("fail-absent-max-is-one", "backoff", "fail.lua",
+      "row[3] or DEFAULT_MAX_ATTEMPTS",
+      "row[3] or '1'", DEFAULT_MAX,
+      "a job enqueued at the default max_attempts (its row holds no max) dies at its first "
+      "failure"),
+    M("stall-absent-max-is-one", "reaping", "include/common.lua",
+      "count(row[4], DEFAULT_MAX_ATTEMPTS)",
+      "count(row[4], 1)", DEFAULT_MAX,
+      "a job enqueued at the default max_attempts dies at its first lease expiry"),
+    M("enqueue-drops-max", "backoff", "enqueue.lua",
+      "if tonumber(ARGV[3]) ~= DEFAULT_MAX_ATTEMPTS then",
+      "if false then", DEFAULT_MAX,
+      "a plain job's max_attempts other than the default is lost: it gets 5 deliveries"),
+    M("lane-enqueue-drops-max", "backoff", "lane_enqueue.lua",
+      "if tonumber(ARGV[4]) ~= DEFAULT_MAX_ATTEMPTS then",
+      "if false then", DEFAULT_MAX,
+      "a lane job's max_attempts other than the default is lost: it gets 5 deliveries"),
     # -- reaping -------------------------------------------------------------------------
     M("stall-one-extra-delivery", "reaping", "include/common.lua",
       "if failures + stalls >= max then",
