@@ -58,12 +58,12 @@ from .claims import ClaimRecord, ClaimTracker, Key, key_of, split_suspects
 from .errors import Unavailable
 from .heartbeat import Heartbeat
 from .hooks import HookChain, Hooks, checked
-from .jobs import encode_result
+from .jobs import decode_batch, encode_result, mint_claim_id
 from .leases import LeaseKeeper
 from .options import ConsumerOptions, Source
 from .outage import Outage
 from .outcomes import Counts, HandlerCancelled, Outcomes, ResultNotEncodable, TimedOut
-from .park import Park
+from .park import Park, Woken
 from .queue import Queue
 from .reaper import Reaper, seats
 from .running import await_handler
@@ -261,6 +261,7 @@ class Consumer:
             queue, o, self._describe, lambda: len(self._tracker) > 0, self._closing
         )
         self._park = Park(queue, self._until)
+        self._side = queue.lanes if o.source == "lanes" else queue.jobs
         self._ready: asyncio.Queue[Claim] = asyncio.Queue()
         self._chores: set[asyncio.Task[Any]] = set()  # releases sent in the background
         # Jobs whose handler returned, their completion's verdict not yet in: they hold no
@@ -383,9 +384,18 @@ class Consumer:
 
     # -- claiming -----------------------------------------------------------
 
-    def _claim(self, count: int) -> Awaitable[ClaimBatch]:
-        side = self.queue.lanes if self.source == "lanes" else self.queue.jobs
-        return side.claim_many(self.worker_id, self.lease_ms, count)
+    def _claim(self, count: int, claim_id: str | None = None) -> Awaitable[ClaimBatch]:
+        return self._side.claim_many(self.worker_id, self.lease_ms, count, claim_id=claim_id)
+
+    def _free_room(self) -> int:
+        """Jobs the claimer may take now: free slots and prefetch, plus finished jobs still
+        awaiting their completion's verdict (up to ``concurrency`` of them)."""
+        return (
+            self.concurrency
+            + self.prefetch
+            - len(self._tracker)
+            + min(self._completing, self.concurrency)
+        )
 
     async def _claim_loop(self) -> None:
         backoff = Backoff(first=0.1)
@@ -407,77 +417,106 @@ class Consumer:
         # worker's claim takes it (a pause here lost that race to every arrival, and the
         # wait outlived the outage for as long as others kept the queue empty).
         probe_now = False
-        # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
-        while not self._stopping.is_set():
-            probing = False
-            at_once, probe_now = probe_now, False  # good for the next probe only
-            if self._outage.active:
-                if epoch != self._outage.epoch:  # a new wait: probe soon, then back off
-                    epoch = self._outage.epoch
-                    probes.reset()
-                if not await self._await_dependency(probes, at_once=at_once):
+        # The claim that rode behind the last park (echomq.park): its count and answer, or,
+        # when the answer was lost, its count and id to ask again with (the same id answers
+        # the jobs it leased, if it ran). Either is taken before anything else: an outage
+        # that began meanwhile hands its jobs back below, as any claim's.
+        behind: tuple[int, ClaimBatch] | None = None
+        lost: tuple[int, str | None] | None = None
+        try:
+            # Only the claimer blocks on BLPOP, on a connection of its own from the pool.
+            while not self._stopping.is_set():
+                probing = False
+                at_once, probe_now = probe_now, False  # good for the next probe only
+                if behind is not None:
+                    (asked, got), behind = behind, None
+                else:
+                    if lost is not None:
+                        (asked, claim_id), lost = lost, None
+                    else:
+                        claim_id = None
+                        if self._outage.active:
+                            if epoch != self._outage.epoch:  # a new wait: probe soon, back off
+                                epoch = self._outage.epoch
+                                probes.reset()
+                            if not await self._await_dependency(probes, at_once=at_once):
+                                continue
+                            probing = True
+                        room = self._free_room()
+                        hold = self._suspect_hold()
+                        if room <= 0 or hold is not None:
+                            self._room.clear()
+                            if hold is None:
+                                await self._until(self._room.wait())
+                            else:  # a suspect runs: claim more once done, or run long enough
+                                await wait_any(hold, self._room, self._stopping)
+                            continue
+                        asked = 1 if careful or probing else min(room, self._batch_now)
+                    self._kick.clear()
+                    try:
+                        if unsure:
+                            await self._release_orphans()
+                            unsure = False
+                        got = await self._claim(asked, claim_id)
+                        backoff.reset()
+                        trouble.ok()
+                    except Exception as e:  # noqa: BLE001 - any error: the claimer must go on
+                        trouble.note(e)
+                        unsure = True  # what a lost re-ask (claim_id) leased is released too
+                        if isinstance(e, (RedisTimeoutError, asyncio.TimeoutError)) and asked > 1:
+                            # The reply may be too large to read in time (big payloads): the
+                            # same claim again would time out again, on the same lanes' jobs.
+                            self._batch_now = max(1, asked // 2)
+                            log.info(
+                                "a claim of %d jobs timed out; claiming at most %d at a time",
+                                asked,
+                                self._batch_now,
+                            )
+                        await self._until(backoff.sleep())
+                        continue
+                if len(got.claims) == asked == self._batch_now < self.batch:
+                    self._batch_now += 1  # that size went through: grow back, gently
+                if got.claims:
+                    self._heartbeat.busy.set()
+                    careful = any(c.stalls for c in got.claims)
+                    await self._hooks.claimed(got.claims)
+                if self._outage.active and not probing:
+                    # Claimed as the outage began: hand it all back, untouched.
+                    for claim in got.claims:
+                        self._tracker.hold(claim)
+                        self._chore(self._hand_back_unstarted(claim))
                     continue
-                probing = True
-            room = (
-                self.concurrency
-                + self.prefetch
-                - len(self._tracker)
-                + min(self._completing, self.concurrency)
-            )
-            hold = self._suspect_hold()
-            if room <= 0 or hold is not None:
-                self._room.clear()
-                if hold is None:
-                    await self._until(self._room.wait())
-                else:  # a suspect runs: claim more once it is done, or has run long enough
-                    await wait_any(hold, self._room, self._stopping)
-                continue
-            asked = 1 if careful or probing else min(room, self._batch_now)
-            self._kick.clear()
-            try:
-                if unsure:
-                    await self._release_orphans()
-                    unsure = False
-                got = await self._claim(asked)
-                backoff.reset()
-                trouble.ok()
-            except Exception as e:  # noqa: BLE001 - any error: the claimer must go on
-                trouble.note(e)
-                unsure = True
-                if isinstance(e, (RedisTimeoutError, asyncio.TimeoutError)) and asked > 1:
-                    # The reply may be too large to read in time (big payloads): the same
-                    # claim again would time out again, on the same lanes' jobs.
-                    self._batch_now = max(1, asked // 2)
-                    log.info(
-                        "a claim of %d jobs timed out; claiming at most %d at a time",
-                        asked,
-                        self._batch_now,
-                    )
-                await self._until(backoff.sleep())
-                continue
-            if len(got.claims) == asked == self._batch_now < self.batch:
-                self._batch_now += 1  # that size went through: grow back, gently
-            if got.claims:
-                self._heartbeat.busy.set()
-                careful = any(c.stalls for c in got.claims)
-                await self._hooks.claimed(got.claims)
-            if self._outage.active and not probing:
-                # Claimed as the outage began: hand it all back, untouched.
-                for claim in got.claims:
+                kept, extra = split_suspects(got.claims)
+                if extra:
+                    # Handed back before the kept ones may start: a kept job that kills this
+                    # process must not take a release still in flight down with it.
+                    unsure = await self._outcomes.release_suspects(extra) or unsure
+                for claim in kept:
                     self._tracker.hold(claim)
-                    self._chore(self._hand_back_unstarted(claim))
-                continue
-            kept, extra = split_suspects(got.claims)
-            if extra:
-                # Handed back before the kept ones may start: a kept job that kills this
-                # process must not take a release still in flight down with it.
-                unsure = await self._outcomes.release_suspects(extra) or unsure
-            for claim in kept:
-                self._tracker.hold(claim)
-                self._ready.put_nowait(claim)
-            if not extra and len(got.claims) < asked:
-                await self._park_until_woken(got)
-                probe_now = probing and not got.claims
+                    self._ready.put_nowait(claim)
+                if not extra and len(got.claims) < asked:
+                    # Let the slots start what this claim brought before the park is built.
+                    await asyncio.sleep(0)
+                    # The next claim rides behind the park, unless it must be a probe (an
+                    # outage: probes have their own pace) or no room is left for one.
+                    room = self._free_room()
+                    ride = not probing and room > 0 and self._suspect_hold() is None
+                    count = (1 if careful else min(room, self._batch_now)) if ride else 0
+                    claim_id = mint_claim_id() if ride else None
+                    woken = await self._park_until_woken(got, count, claim_id)
+                    if woken.reply is not None:
+                        behind = (count, decode_batch(woken.reply))
+                    elif woken.lost:
+                        lost = (count, claim_id)
+                    probe_now = probing and not got.claims
+        finally:
+            if behind is not None or lost is not None:
+                # Stopping with a claim behind the park taken or in doubt: hand back what
+                # it leased (the jobs we hold nothing of), rather than let them lapse.
+                try:
+                    await self._release_orphans()
+                except Exception as e:  # noqa: BLE001 - best effort: their leases lapse
+                    log.warning("could not release a last claim's jobs (%s)", e)
 
     async def _await_dependency(self, probes: Backoff, *, at_once: bool = False) -> bool:
         """While a dependency is down: True when one job may be claimed as the probe,
@@ -578,11 +617,16 @@ class Consumer:
         :meth:`~echomq.outcomes.Outcomes.release_orphans`)."""
         await self._outcomes.release_orphans({c.job_id for c in self._tracker.claims()})
 
-    async def _park_until_woken(self, got: ClaimBatch) -> None:
+    async def _park_until_woken(self, got: ClaimBatch, count: int, claim_id: str | None) -> Woken:
+        """Park on the wake key, a claim of ``count`` jobs (under ``claim_id``) behind it
+        when ``count`` > 0."""
         timeout_ms = self.park_max_ms
         if got.next_due_ms is not None:
             timeout_ms = min(timeout_ms, max(10, got.next_due_ms - got.server_now_ms))
-        await self._park.wait(timeout_ms, self._kick)
+        claim = (
+            self._side.claim_call(self.worker_id, self.lease_ms, count, claim_id) if count else None
+        )
+        return await self._park.wait(timeout_ms, self._kick, claim)
 
     async def _until(self, aw: Awaitable[Any], *also: asyncio.Event) -> bool:
         """Await ``aw`` unless stop() (or one of ``also``) comes first; True when ``aw``

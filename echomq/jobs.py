@@ -149,9 +149,16 @@ class Jobs:
         re-run of it within ``min(lease_ms, 60 s)`` (redis-py re-sends a command whose
         reply was lost) answers the jobs the first run leased, still held, rather than
         leasing more. Pass the same ``claim_id`` to retry a call yourself."""
+        return decode_batch(await self._run(*self.claim_call(worker_id, lease_ms, count, claim_id)))
+
+    def claim_call(
+        self, worker_id: str, lease_ms: int, count: int, claim_id: str | None = None
+    ) -> Call:
+        """The call :meth:`claim_many` sends, for a caller that sends it itself (the
+        consumer's park sends it behind its BLPOP); decode its reply with
+        :func:`decode_batch`."""
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
-        keys = claim_keys(self._keys, "claim", args)
-        return decode_batch(await self._run(SCRIPTS["claim"], keys, args))
+        return SCRIPTS["claim"], claim_keys(self._keys, "claim", args), args
 
     def _complete_batch(self, items: Sequence[tuple[str, int, bytes]]) -> Call:
         """One call of ``complete.lua`` for ``items`` (job id, token, encoded result)."""

@@ -269,9 +269,16 @@ class Lanes:
         take them: a batch (a consumer's prefetch) lets no job jump the fair order.
         Idempotent as :meth:`echomq.jobs.Jobs.claim_many` is (a re-run of the call, or
         a call with the same ``claim_id``, answers the batch already leased)."""
+        return decode_batch(
+            await self._q.runner.run(*self.claim_call(worker_id, lease_ms, count, claim_id))
+        )
+
+    def claim_call(
+        self, worker_id: str, lease_ms: int, count: int, claim_id: str | None = None
+    ) -> Call:
+        """The call :meth:`claim_many` sends, as :meth:`echomq.jobs.Jobs.claim_call`."""
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
-        keys = claim_keys(self._keys, "lane_claim", args)
-        return decode_batch(await self._q.runner.run(SCRIPTS["lane_claim"], keys, args))
+        return SCRIPTS["lane_claim"], claim_keys(self._keys, "lane_claim", args), args
 
     async def depth(self, lane: str) -> int:
         """Jobs waiting on ``lane`` (not counting the active or scheduled ones)."""

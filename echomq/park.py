@@ -4,6 +4,14 @@ its own.
 An idle consumer never busy-polls: it blocks on the wake key, which every enqueue (and
 every job that comes due) pushes a token onto, for at most ``park_max_ms`` or until the
 next scheduled due time.
+
+The consumer's next claim rides behind the BLPOP, pipelined on the same connection: Valkey
+runs a blocked client's queued commands as soon as the block ends, so the claim runs the
+moment a token arrives (or the park times out), and a woken job costs one round trip from
+the consumer instead of two: the BLPOP's answer, then a claim sent after it. A claim sent
+but whose answer was never read (the park was kicked, the consumer stopped, the connection
+broke) may have leased jobs; the consumer asks again with the same claim id, which answers
+the jobs that run leased (the claim scripts' memo) or claims anew.
 """
 
 from __future__ import annotations
@@ -11,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
+from redis.exceptions import NoScriptError
 
 from .queue import Queue
+from .scripts import Call
 from .trouble import Trouble
 
 # Connection settings a cluster node carries that only mean something to a cluster client.
@@ -57,6 +68,19 @@ async def blocking_twin(conn: Any, key: str) -> Any:
 Until = Callable[..., Awaitable[bool]]
 
 
+@dataclass(frozen=True, slots=True)
+class Woken:
+    """How a park with a claim behind it ended. ``reply``: the claim's raw reply, read
+    (None if none was). ``lost``: the claim was sent and its answer not read, so it may
+    have leased jobs: ask again with the same claim id."""
+
+    reply: Any = None
+    lost: bool = False
+
+
+NOTHING = Woken()
+
+
 class Park:
     """The BLPOP on ``queue``'s wake key. ``until(aw, *events)`` awaits ``aw`` unless the
     consumer stops (or one of ``events`` is set) first: True when ``aw`` finished."""
@@ -67,24 +91,46 @@ class Park:
         self.conn: Any = None  # the blocking connection, built on the first park
         self.trouble = Trouble("park")
 
-    async def wait(self, timeout_ms: int, kick: asyncio.Event) -> None:
+    async def wait(self, timeout_ms: int, kick: asyncio.Event, claim: Call | None = None) -> Woken:
         """Park for up to ``timeout_ms``, or until a token arrives, ``kick`` is set or the
-        consumer stops. Errors are noted and end in a short pause, never an exception."""
+        consumer stops; then run ``claim``, if given, on the same connection. Errors are
+        noted and end in a short pause, never an exception."""
         if kick.is_set():
-            return
+            return NOTHING
+        sent = False
         try:
             if self.conn is None:
                 self.conn = await blocking_twin(self.queue.conn, self.queue.keys.wake)
-            parked = self.conn.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
-            if not await self.until(parked, kick):
+            pipe = self.conn.pipeline(transaction=False)
+            pipe.blpop([self.queue.keys.wake], timeout=timeout_ms / 1000)
+            if claim is not None:
+                pipe.execute_command(*self.queue.runner.evalsha(claim))
+            sent = claim is not None
+            replies: list[Any] = []
+
+            async def park() -> None:
+                replies.extend(await pipe.execute(raise_on_error=False))
+
+            if not await self.until(park(), kick):
                 # Stopping or kicked mid-BLPOP: drop the blocked connection (our own, never
                 # the shared one) rather than trust the cancelled read to leave it clean.
                 await self.drop()
+                return Woken(lost=sent)
             self.trouble.ok()
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            if not sent:
+                return NOTHING
+            if isinstance(replies[1], NoScriptError):
+                return NOTHING  # it did not run: the next claim goes the usual way
+            if isinstance(replies[1], Exception):
+                return Woken(lost=True)  # an error reply ran nothing, but ask again to be sure
+            return Woken(reply=replies[1])
         except Exception as e:  # noqa: BLE001 - any error: claim again after a pause
             self.trouble.note(e)
             await self.drop()  # broken, or its node no longer serves the key
             await self.until(asyncio.sleep(min(1.0, timeout_ms / 1000)))
+            return Woken(lost=sent)
 
     async def drop(self) -> None:
         """Close the blocking connection, if any (the next park builds a new one)."""

@@ -118,6 +118,13 @@ class Runner:
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         return await _eval(self.conn, script, self._keys(keys), args)
 
+    def evalsha(self, call: Call) -> tuple[Arg, ...]:
+        """``call`` as the EVALSHA command this runner would send, fence included, for a
+        caller that queues it on a connection of its own (no NOSCRIPT fallback there)."""
+        script, keys, args = call
+        keys = self._keys(keys)
+        return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
     async def run_replicated(
         self,
         script: Script,

@@ -19,11 +19,12 @@ import echomq
 from echomq.claims import LOST, ClaimRecord, ClaimTracker, key_of
 from echomq.heartbeat import Heartbeat
 from echomq.hooks import HookChain
+from echomq.jobs import decode_batch
 from echomq.leases import LeaseKeeper
 from echomq.options import ConsumerOptions
 from echomq.outage import Outage
 from echomq.outbox import Outbox
-from echomq.park import Park
+from echomq.park import Park, Woken
 from echomq.reaper import Reaper, ReaperSeats, seats
 from echomq.running import await_handler
 from echomq.trouble import Trouble, kind
@@ -266,6 +267,66 @@ async def test_the_park_wakes_on_a_wake_token_and_keeps_its_own_connection(
     kick.set()
     await asyncio.wait_for(kicked, 2)
     assert park.conn is None  # a kicked BLPOP's connection is dropped, not reused
+    await park.drop()
+
+
+def _park(q: echomq.Queue) -> Park:
+    async def until_no_stop(aw: Any, *also: asyncio.Event) -> bool:
+        return await until(aw, *also)
+
+    return Park(q, until_no_stop)
+
+
+async def test_a_claim_behind_the_park_runs_as_the_token_arrives(q: echomq.Queue) -> None:
+    park = _park(q)
+    await q.lanes.claim_many("w", 10_000, 1)  # the script known to the server (else NOSCRIPT)
+    behind = q.lanes.claim_call("w", 10_000, 4, "CLM_behind")
+    parked = asyncio.create_task(park.wait(5_000, asyncio.Event(), behind))
+    await asyncio.sleep(0.1)
+    jid = await q.lanes.enqueue("L", "x")
+    woken = await asyncio.wait_for(parked, 2)
+    assert not woken.lost
+    batch = decode_batch(woken.reply)
+    assert [c.job_id for c in batch.claims] == [jid]
+    info = await q.jobs.get(jid)
+    assert info is not None and info.state == "active" and info.worker_id == "w"
+    # Asked again under its id (what the consumer does when the answer is lost), the
+    # claim answers the same job rather than leasing another.
+    await q.lanes.enqueue("L", "y")
+    again = await q.lanes.claim_many("w", 10_000, 4, claim_id="CLM_behind")
+    assert [c.job_id for c in again.claims] == [jid]
+    await park.drop()
+
+
+async def test_a_park_that_times_out_still_runs_its_claim(q: echomq.Queue) -> None:
+    park = _park(q)
+    await q.lanes.claim_many("w", 10_000, 1)
+    woken = await park.wait(50, asyncio.Event(), q.lanes.claim_call("w", 10_000, 4))
+    assert not woken.lost and decode_batch(woken.reply).claims == []
+    await park.drop()
+
+
+async def test_a_kicked_park_says_its_claim_is_in_doubt(q: echomq.Queue) -> None:
+    park, kick = _park(q), asyncio.Event()
+    parked = asyncio.create_task(park.wait(5_000, kick, q.jobs.claim_call("w", 10_000, 4)))
+    await asyncio.sleep(0.05)
+    kick.set()
+    woken = await asyncio.wait_for(parked, 2)
+    assert woken.lost and woken.reply is None and park.conn is None
+    assert (await park.wait(5_000, kick, q.jobs.claim_call("w", 10_000, 4))) == Woken()
+
+
+async def test_a_claim_behind_the_park_refused_noscript_ran_nothing(q: echomq.Queue) -> None:
+    park = _park(q)
+    await q.jobs.claim_many("w", 1, 1)
+    await q.conn.script_flush()  # as after a server restart
+    parked = asyncio.create_task(park.wait(5_000, asyncio.Event(), q.jobs.claim_call("w", 1, 4)))
+    await asyncio.sleep(0.05)
+    jid = await q.jobs.enqueue("x")  # EVAL after its own NOSCRIPT: the claim's SHA stays unknown
+    woken = await asyncio.wait_for(parked, 2)
+    assert woken == Woken()  # neither an answer nor a doubt: the next claim goes as usual
+    info = await q.jobs.get(jid)
+    assert info is not None and info.state == "pending"
     await park.drop()
 
 
