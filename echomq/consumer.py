@@ -12,7 +12,8 @@ wait a round trip for its next job; the price is fairness, since a prefetched jo
 this process's buffer, outside the lanes' fair order, and a job that reaches its lane's
 turn later waits behind it (measured end to end in ``docs/load.md``). When the queue is empty
 it parks on the wake key with BLPOP (the timeout bounded by the next scheduled due time)
-instead of polling. It also hosts its process's heartbeat and reaper.
+instead of polling, its next claim pipelined behind the BLPOP so that Valkey runs it as a
+job arrives (:mod:`~echomq.park`). It also hosts its process's heartbeat and reaper.
 
 Delivery is at least once: a handler may see a job again after a crash or a lost lease,
 so its effects must be idempotent (key them on ``claim.job_id``).
