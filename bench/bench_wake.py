@@ -2,7 +2,7 @@
 figures; it is not a test.
 
     uv run python -m bench.bench_wake [--jobs 2500] [--rate 500] [--rounds 3]
-                                      [--modes always,everysec,no]
+                                      [--modes always,everysec,no] [--no-bare]
 
 Issue 22 asks for an e2e p99 of 2 ms at 500 jobs/s. This splits that latency in two, for a
 parked consumer (``Consumer(concurrency=32, batch=32)`` on lanes, in this process) fed open
@@ -13,7 +13,12 @@ loop by a producer process (``--rate`` jobs/s over 100 lanes, each job stamped w
   script, up to the consumer's ``on_claim`` hook (a public hook: nothing is patched);
 - **claimed → handler**: the consumer's own work before the handler starts (hand the claim
   to a slot, start the handler's task);
-- **e2e**: the two together, what ``bench.compare`` reports.
+- **e2e**: the two together, what ``bench.compare`` reports;
+- **bare hop**: the floor under all three, measured on the same server in the same round:
+  the same producer schedule sending a bare ``LPUSH`` of its stamp, and this process taking
+  each with ``BLPOP`` (redis-py, no queue at all). A job's e2e holds at least this one hop
+  between two processes, so its p99 here is the lowest p99 a queue could show on this
+  machine at this rate.
 
 With ``appendfsync always`` Valkey fsyncs the append-only file before it answers any write,
 and both halves of a wake write (the enqueue, then the claim): two fsyncs on every idle
@@ -37,18 +42,22 @@ from rich.progress import Progress
 from rich.table import Table
 
 import echomq
-from bench.common import ROOT, embedded_server
+from bench.common import ROOT, embedded_server, server_cpu_seconds
 from bench.compare.figures import latency_ms
 
 LANES = 100
 QUEUE = "wake"
+BARE = "wake:bare"
 HALVES = ("stamp_claimed", "claimed_handler", "e2e")
 
 
-async def produce(url: str, jobs: int, rate: float) -> None:
+async def produce(url: str, jobs: int, rate: float, bare: bool = False) -> None:
     """Open loop: job ``i`` is due at ``i / rate`` s; a late one is sent at once, stamped
-    when it is sent (its wait for a turn is the producer's, not the queue's)."""
-    q = echomq.Queue(echomq.connect(url), QUEUE)
+    when it is sent (its wait for a turn is the producer's, not the queue's). ``bare``
+    sends the stamp alone with ``LPUSH`` instead of enqueueing a job. A call that finds
+    every pooled connection busy (fsync on every write, ``always``) waits for one, inside
+    its stamp."""
+    q = echomq.Queue(echomq.connect(url, pool_timeout=30), QUEUE)
     lanes = itertools.cycle([f"L{i:03d}" for i in range(LANES)])
     await q.conn.ping()  # connected before the first stamp
     sent: list[asyncio.Future[Any]] = []
@@ -57,14 +66,77 @@ async def produce(url: str, jobs: int, rate: float) -> None:
         wait = t0 + i / rate - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
-        payload = {"t": time.monotonic_ns()}
-        sent.append(asyncio.ensure_future(q.lanes.enqueue(next(lanes), payload)))
+        if bare:
+            sent.append(asyncio.ensure_future(q.conn.lpush(BARE, time.monotonic_ns())))
+        else:
+            payload = {"t": time.monotonic_ns()}
+            sent.append(asyncio.ensure_future(q.lanes.enqueue(next(lanes), payload)))
     await asyncio.gather(*sent)
     await q.conn.aclose()
 
 
-async def one_run(url: str, jobs: int, rate: float) -> dict[str, list[int]]:
-    """Each job's three figures (ns), from one consumer fed by one producer process."""
+async def spent(conn: Any) -> dict[str, float]:
+    """What the server has run so far: commands (less this call's own INFO), script µs
+    (EVALSHA and EVAL) and CPU µs."""
+    stats = await conn.info("commandstats")
+    calls = sum(int(v.get("calls", 0)) for v in stats.values() if isinstance(v, dict))
+    script_us = sum(
+        float(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval")
+    )
+    cpu_us = await server_cpu_seconds(conn) * 1e6
+    return {
+        "cmds": calls - int(stats.get("cmdstat_info", {}).get("calls", 0)),
+        "script_us": script_us,
+        "valkey_cpu_us": cpu_us,
+    }
+
+
+async def run_producer(url: str, jobs: int, rate: float, bare: bool) -> None:
+    producer = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.bench_wake",
+        "--produce",
+        url,
+        str(jobs),
+        str(rate),
+        *(["--bare"] if bare else []),
+        cwd=ROOT,
+    )
+    if await producer.wait() != 0:
+        raise RuntimeError(f"the producer exited {producer.returncode}")
+
+
+async def bare_run(url: str, jobs: int, rate: float) -> list[int]:
+    """Each stamp's trip (ns) from the producer process through one LPUSH and one BLPOP."""
+    conn = echomq.connect(url)
+    out: list[int] = []
+
+    async def take() -> None:
+        while len(out) < jobs:
+            reply = await conn.blpop([BARE], timeout=5)
+            if reply is None:
+                raise RuntimeError(f"the bare hop went quiet after {len(out)} of {jobs}")
+            out.append(time.monotonic_ns() - int(reply[1]))
+
+    try:
+        await conn.ping()
+        taking = asyncio.ensure_future(take())
+        await asyncio.sleep(0.5)  # parked on BLPOP before the first stamp, as the consumer is
+        await run_producer(url, jobs, rate, bare=True)
+        await asyncio.wait_for(taking, timeout=60)
+    finally:
+        await conn.aclose()
+    return out
+
+
+async def one_run(
+    url: str, jobs: int, rate: float, tally: dict[str, float] | None = None
+) -> dict[str, list[int]]:
+    """Each job's three figures (ns), from one consumer fed by one producer process.
+    ``tally`` gets what Valkey spent per job over the run: ``cmds`` (every command it ran,
+    those the scripts ran inside included, as ``bench.compare`` counts them), ``script_us``
+    (the script calls' own time, ``INFO commandstats``) and ``valkey_cpu_us``."""
     q = echomq.Queue(echomq.connect(url), QUEUE)
     claimed: dict[str, int] = {}
     out: dict[str, list[int]] = {h: [] for h in HALVES}
@@ -95,19 +167,13 @@ async def one_run(url: str, jobs: int, rate: float) -> dict[str, list[int]]:
     running = asyncio.ensure_future(consumer.run())
     try:
         await asyncio.sleep(0.5)  # parked on the wake key before the first job
-        producer = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.bench_wake",
-            "--produce",
-            url,
-            str(jobs),
-            str(rate),
-            cwd=ROOT,
-        )
-        if await producer.wait() != 0:
-            raise RuntimeError(f"the producer exited {producer.returncode}")
+        before = await spent(q.conn)
+        await run_producer(url, jobs, rate, bare=False)
         await asyncio.wait_for(done.wait(), timeout=60)
+        # read as the last handler starts: its one completion is left out of jobs' many
+        after = await spent(q.conn)
+        if tally is not None:
+            tally.update({k: (after[k] - before[k]) / jobs for k in after})
     finally:
         consumer.stop()
         await running
@@ -119,13 +185,34 @@ def figures(run: dict[str, list[int]]) -> dict[str, float]:
     """p50, p90, p99 and max of each figure, in ms (``bench.compare``'s own figures)."""
     return {
         f"{half}_{q}": ms
-        for half in HALVES
+        for half in run
         for q, ms in latency_ms([ns // 1000 for ns in run[half]]).items()
     }
 
 
+async def round_on(
+    url: str, jobs: int, rate: float, bare: bool, bare_first: bool
+) -> dict[str, float]:
+    """One round on one server: the queue's run and, if asked, the bare hop beside it (the
+    two in alternating order from round to round, so neither always runs on a warmer
+    server). Its figures, and what Valkey spent per job on the queue's run."""
+    run: dict[str, list[int]] = {}
+    tally: dict[str, float] = {}
+    if bare and bare_first:
+        run["bare"] = await bare_run(url, jobs, rate)
+    run.update(await one_run(url, jobs, rate, tally))
+    if bare and not bare_first:
+        run["bare"] = await bare_run(url, jobs, rate)
+    return figures(run) | tally
+
+
 def measure(
-    modes: Sequence[str], jobs: int, rate: float, rounds: int, progress: bool = True
+    modes: Sequence[str],
+    jobs: int,
+    rate: float,
+    rounds: int,
+    progress: bool = True,
+    bare: bool = True,
 ) -> dict[str, list[dict[str, float]]]:
     """Per mode, one figures dict per round; the modes interleaved, a fresh server each."""
     order = list(modes)
@@ -136,7 +223,9 @@ def measure(
         for r in range(rounds):
             for mode in order[r % len(order) :] + order[: r % len(order)]:
                 with embedded_server(mode) as server:
-                    out[mode].append(figures(asyncio.run(one_run(server.url, jobs, rate))))
+                    out[mode].append(
+                        asyncio.run(round_on(server.url, jobs, rate, bare, r % 2 == 1))
+                    )
                 bar.advance(task)
                 bar.refresh()
     return out
@@ -153,11 +242,25 @@ def table(results: dict[str, list[dict[str, float]]], jobs: int, rate: float) ->
     for half in ("stamp → claimed", "claimed → handler", "e2e"):
         t.add_column(f"{half}\np50 / p99", justify="right")
     t.add_column(f"e2e × {base}\np50 / p99", justify="right")
+    t.add_column("Valkey per job\ncmds / script µs / CPU µs", justify="right")
+    bare = all("bare_p50" in m for m in med.values())
+    if bare:
+        t.add_column("bare hop\np50 / p99", justify="right")
+        t.add_column("e2e × bare hop\np50 / p99", justify="right")
     for mode, m in med.items():
         cells = [f"{m[f'{h}_p50']:.2f} / {m[f'{h}_p99']:.2f}" for h in HALVES]
         r50 = m["e2e_p50"] / med[base]["e2e_p50"]
         r99 = m["e2e_p99"] / med[base]["e2e_p99"]
-        t.add_row(mode, *cells, f"{r50:.2f}× / {r99:.2f}×")
+        cells.append(f"{r50:.2f}× / {r99:.2f}×")
+        cells.append(f"{m['cmds']:.1f} / {m['script_us']:.0f} / {m['valkey_cpu_us']:.0f}")
+        if bare:
+            cells.append(f"{m['bare_p50']:.2f} / {m['bare_p99']:.2f}")
+            # per round, then the median: the hop and the job shared that round's machine
+            rs = results[mode]
+            b50 = statistics.median(r["e2e_p50"] / r["bare_p50"] for r in rs)
+            b99 = statistics.median(r["e2e_p99"] / r["bare_p99"] for r in rs)
+            cells.append(f"{b50:.2f}× / {b99:.2f}×")
+        t.add_row(mode, *cells)
     return t
 
 
@@ -167,14 +270,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=500.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--modes", default="always,everysec,no")
+    p.add_argument(
+        "--no-bare", action="store_true", help="skip the bare LPUSH → BLPOP hop beside each run"
+    )
     p.add_argument("--produce", nargs=3, metavar=("URL", "JOBS", "RATE"), help=argparse.SUPPRESS)
+    p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.produce:
         url, jobs, rate = a.produce
-        asyncio.run(produce(url, int(jobs), float(rate)))
+        asyncio.run(produce(url, int(jobs), float(rate), bare=a.bare))
         return
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    results = measure(modes, a.jobs, a.rate, a.rounds)
+    results = measure(modes, a.jobs, a.rate, a.rounds, bare=not a.no_bare)
     Console().print(table(results, a.jobs, a.rate))
 
 
