@@ -17,8 +17,10 @@ loop by a producer process (``--rate`` jobs/s over 100 lanes, each job stamped w
 - **bare hop**: the floor under all three, measured on the same server in the same round:
   the same producer schedule sending a bare ``LPUSH`` of its stamp, and this process taking
   each with ``BLPOP`` (redis-py, no queue at all). A job's e2e holds at least this one hop
-  between two processes, so its p99 here is the lowest p99 a queue could show on this
-  machine at this rate.
+  between two processes, so in a calm minute it is the lowest latency a queue could show
+  on this machine at this rate. The two runs of a round are seconds apart, and a stall of
+  a shared machine lands in one or the other: the p50s' ratio is the steady figure, the
+  p99s' says which run a stall hit.
 
 With ``appendfsync always`` Valkey fsyncs the append-only file before it answers any write,
 and both halves of a wake write (the enqueue, then the claim): two fsyncs on every idle
@@ -119,13 +121,15 @@ async def bare_run(url: str, jobs: int, rate: float) -> list[int]:
                 raise RuntimeError(f"the bare hop went quiet after {len(out)} of {jobs}")
             out.append(time.monotonic_ns() - int(reply[1]))
 
+    await conn.ping()
+    taking = asyncio.ensure_future(take())
     try:
-        await conn.ping()
-        taking = asyncio.ensure_future(take())
         await asyncio.sleep(0.5)  # parked on BLPOP before the first stamp, as the consumer is
         await run_producer(url, jobs, rate, bare=True)
         await asyncio.wait_for(taking, timeout=60)
     finally:
+        taking.cancel()  # a producer that failed leaves it parked
+        await asyncio.gather(taking, return_exceptions=True)
         await conn.aclose()
     return out
 
@@ -255,7 +259,8 @@ def table(results: dict[str, list[dict[str, float]]], jobs: int, rate: float) ->
         cells.append(f"{m['cmds']:.1f} / {m['script_us']:.0f} / {m['valkey_cpu_us']:.0f}")
         if bare:
             cells.append(f"{m['bare_p50']:.2f} / {m['bare_p99']:.2f}")
-            # per round, then the median: the hop and the job shared that round's machine
+            # per round, then the median: the hop and the job ran on that round's server,
+            # seconds apart
             rs = results[mode]
             b50 = statistics.median(r["e2e_p50"] / r["bare_p50"] for r in rs)
             b99 = statistics.median(r["e2e_p99"] / r["bare_p99"] for r in rs)
