@@ -398,6 +398,11 @@ class Consumer:
             + min(self._completing, self.concurrency)
         )
 
+    def _claim_size(self, room: int, careful: bool) -> int:
+        """Jobs to ask for with ``room`` free: one after a claim brought a stalled job (it
+        may be what killed a worker), else the batch, as far as there is room."""
+        return 1 if careful else min(room, self._batch_now)
+
     async def _claim_loop(self) -> None:
         backoff = Backoff(first=0.1)
         trouble = Trouble("claim")
@@ -452,7 +457,7 @@ class Consumer:
                             else:  # a suspect runs: claim more once done, or run long enough
                                 await wait_any(hold, self._room, self._stopping)
                             continue
-                        asked = 1 if careful or probing else min(room, self._batch_now)
+                        asked = 1 if probing else self._claim_size(room, careful)
                     self._kick.clear()
                     try:
                         if unsure:
@@ -502,7 +507,7 @@ class Consumer:
                     # outage: probes have their own pace) or no room is left for one.
                     room = self._free_room()
                     ride = not probing and room > 0 and self._suspect_hold() is None
-                    count = (1 if careful else min(room, self._batch_now)) if ride else 0
+                    count = self._claim_size(room, careful) if ride else 0
                     claim_id = mint_claim_id() if ride else None
                     woken = await self._park_until_woken(got, count, claim_id)
                     if woken.reply is not None:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 import redis
@@ -25,6 +25,7 @@ from bench.compare.figures import fastest_peer, medians, ratios
 from bench.compare.measure import Setup, multi_round, one_round
 from bench.compare.pins import ALL, BY_KEY, Peer
 from bench.compare.report import print_tables, render_html
+from echomq.server import Allocator
 
 console = Console()
 if not console.is_terminal:  # piped or captured: wide enough for the table, no live bars
@@ -71,7 +72,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="everysec")
     p.add_argument(
         "--allocator",
-        choices=("auto", "jemalloc", "builtin"),
+        choices=get_args(Allocator),
         default="auto",
         help="the server's malloc: jemalloc where installed (auto), or the binary's own",
     )
