@@ -14,12 +14,14 @@ on a single server and on every node of a cluster.
 
 Retries: redis-py 8.1 re-sends a command whose reply was lost (``ConnectionError``,
 ``TimeoutError``), 10 times at most with a jittered backoff from 10 ms to 1 s, on a
-server's client and on a cluster's alike; ``connect`` keeps that. A re-sent script may have
-run already, so every EchoMQ transition is safe to run twice: enqueue (an existing id is a
-no-op), claim (its client-minted claim id makes a re-run answer the batch it leased),
-complete (a repeat under the same token answers True, counting nothing), extend; a re-run
-fail or release whose first run was applied answers stale (issue 21, item 3;
-docs/reliability.md).
+client built by ``redis.asyncio.Redis(...)`` and on a cluster's alike; a server's pool
+built from a URL (``Redis.from_url``, and so ``connect``) re-sends nothing unless given
+``retry=``. A re-sent script may have run already, so every EchoMQ transition is safe to
+run twice: enqueue (an existing id is a no-op), claim (its client-minted claim id makes a
+re-run answer the batch it leased), complete (a repeat under the same token answers True,
+counting nothing), extend; a re-run fail or release whose first run was applied answers
+stale (issue 21, item 3; docs/reliability.md). The one connection that never re-sends,
+whatever the client's setting, is a consumer's park (:mod:`echomq.park`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 
 from .queue import Queue
@@ -39,17 +41,28 @@ _CLUSTER_ONLY = (
 )
 
 
+def _once(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Connection settings that never re-send a command: a re-sent BLPOP + claim blocks
+    again, its wake token spent, while the jobs the first claim leased go unrun and
+    unrenewed until the reaper takes them. The consumer's re-ask under the same claim id
+    is the one retry there is."""
+    kwargs = {k: v for k, v in kwargs.items() if k != "retry_on_timeout"}
+    kwargs.update(retry=Retry(NoBackoff(), 0), retry_on_error=[])
+    return kwargs
+
+
 async def blocking_twin(conn: Any, key: str) -> Any:
     """A one-connection client to the server that holds ``key``, like ``conn`` but with no
-    socket timeout, for BLPOP: a blocked connection must neither sit in a shared pool nor
-    trip its read timeout, and closing it (a kicked park) must never close ``conn``.
+    socket timeout and no retry, for BLPOP: a blocked connection must neither sit in a
+    shared pool nor trip its read timeout, closing it (a kicked park) must never close
+    ``conn``, and a lost reply must reach the park as an error (see :func:`_once`).
 
     For a cluster client that is a plain client on the node serving ``key``'s slot (a
     resharding that moves it shows up as a MOVED error; the park then drops the twin and
     builds a new one)."""
     pool = getattr(conn, "connection_pool", None)
     if pool is not None and hasattr(pool, "connection_kwargs"):
-        kwargs = dict(pool.connection_kwargs, socket_timeout=None)
+        kwargs = _once(dict(pool.connection_kwargs, socket_timeout=None))
         twin_pool = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
         return type(conn).from_pool(twin_pool)
     if hasattr(conn, "get_node_from_key"):
@@ -59,7 +72,7 @@ async def blocking_twin(conn: Any, key: str) -> Any:
         kwargs = {k: v for k, v in node.connection_kwargs.items() if k not in _CLUSTER_ONLY}
         kwargs.update(host=node.host, port=node.port, socket_timeout=None)
         twin_pool = redis.asyncio.ConnectionPool(
-            connection_class=node.connection_class, max_connections=1, **kwargs
+            connection_class=node.connection_class, max_connections=1, **_once(kwargs)
         )
         return redis.asyncio.Redis.from_pool(twin_pool)
     raise TypeError(f"cannot park on a {type(conn).__name__}: no pool and no cluster nodes")
