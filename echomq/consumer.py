@@ -50,6 +50,7 @@ import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from typing import Any, overload
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -62,7 +63,7 @@ from .hooks import HookChain, Hooks, checked
 from .jobs import decode_batch, encode_result, mint_claim_id
 from .leases import LeaseKeeper
 from .options import ConsumerOptions, Source
-from .outage import Outage
+from .outage import HAND_BACKS, HandedBackTooOften, Outage
 from .outcomes import Counts, HandlerCancelled, Outcomes, ResultNotEncodable, TimedOut
 from .park import Park, Woken
 from .queue import Queue
@@ -463,7 +464,10 @@ class Consumer:
                         if unsure:
                             await self._release_orphans()
                             unsure = False
-                        got = await self._claim(asked, claim_id)
+                        # A probe claim asks for one more job: the one that began the
+                        # wait, first in fair order again, is the probe only when alone.
+                        spare = 1 if probing and self._outage.tripped_by else 0
+                        got = await self._claim(asked + spare, claim_id)
                         backoff.reset()
                         trouble.ok()
                     except Exception as e:  # noqa: BLE001 - any error: the claimer must go on
@@ -492,6 +496,8 @@ class Consumer:
                         self._tracker.hold(claim)
                         self._chore(self._hand_back_unstarted(claim))
                     continue
+                if probing:
+                    got = self._one_probe(got)
                 kept, extra = split_suspects(got.claims)
                 if extra:
                     # Handed back before the kept ones may start: a kept job that kills this
@@ -557,10 +563,10 @@ class Consumer:
             await self._until(asyncio.sleep(pause), outage.resumed)
         return outage.active and not self._stopping.is_set()
 
-    def _enter_outage(self, started: float, error: Unavailable) -> None:
-        """A handler that started at loop time ``started`` raised ``Unavailable``: wait,
-        unless it started before the last wait ended (old news)."""
-        if not self._outage.begin(started, error, asyncio.get_running_loop().time()):
+    def _enter_outage(self, started: float, error: Unavailable, job_id: str) -> None:
+        """A handler of ``job_id`` that started at loop time ``started`` raised
+        ``Unavailable``: wait, unless it started before the last wait ended (old news)."""
+        if not self._outage.begin(started, error, asyncio.get_running_loop().time(), job_id):
             return
         self._heartbeat.busy.set()  # beat soon: the row says "waiting"
         # A claimer parked on the wake key must start probing now: the token the hand-back
@@ -591,6 +597,25 @@ class Consumer:
         )
         self._room.set()
         self._heartbeat.busy.set()  # beat soon: the row no longer says "waiting"
+
+    def _one_probe(self, got: ClaimBatch) -> ClaimBatch:
+        """The probe of a probe claim: its first job other than the one that began the
+        wait, if any; the rest go back untouched (no delivery spent, no strike)."""
+        if len(got.claims) < 2:
+            return got
+        tripped = self._outage.tripped_by
+        probe = next((c for c in got.claims if c.job_id != tripped), got.claims[0])
+        for claim in got.claims:
+            if claim is not probe:
+                self._tracker.hold(claim)
+                self._chore(self._give_back(claim))
+        return replace(got, claims=[probe])
+
+    async def _give_back(self, claim: Claim) -> None:
+        try:
+            await self._outcomes.release(claim)
+        finally:
+            self._forget(claim)
 
     def _chore(self, aw: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(aw)
@@ -687,9 +712,20 @@ class Consumer:
                 return
             except Unavailable as e:
                 # What the handler needs is down: hand the job back, spend nothing, and
-                # claim nothing more until it answers again.
-                self._enter_outage(started, e)
-                if await self._outcomes.release(claim):
+                # claim nothing more until it answers again; unless the job is out of
+                # strikes (others got through meanwhile): then it is the trouble, and fails.
+                back = await self._outcomes.hand_back(claim, HAND_BACKS)
+                if back == "exhausted":
+                    await self._outcomes.fail(
+                        claim,
+                        HandedBackTooOften(
+                            f"raised Unavailable {HAND_BACKS} times while other jobs"
+                            f" completed (last: {e})"
+                        ),
+                    )
+                    return
+                self._enter_outage(started, e, claim.job_id)
+                if back == "released":
                     self.unavailable += 1
                 return
             except Exception as e:  # noqa: BLE001 - any handler failure: retry or dead-letter

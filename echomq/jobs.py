@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import checks
 from .checks import DEFAULT_MAX_ATTEMPTS
@@ -18,6 +18,9 @@ from .types import Claim, ClaimBatch, FailOutcome, JobInfo, lease_of
 
 if TYPE_CHECKING:
     from .queue import Queue
+
+HandBack = Literal["released", "stale", "exhausted"]
+_HAND_BACK: dict[int, HandBack] = {0: "stale", 1: "released", 2: "exhausted"}
 
 
 def decode_batch(reply: list[Any]) -> ClaimBatch:
@@ -261,6 +264,22 @@ class Jobs:
                 [job_id, attempts, worker_id or "", lease_of(token)],
             )
         )
+
+    async def hand_back(self, job_id: str, token: int, bound: int) -> HandBack:
+        """``release`` for a handler that raised :class:`~echomq.Unavailable`, counting
+        strikes on the row: a hand-back with a completion of any job since this job's last
+        one (other jobs got through; an outage, where nothing completes, strikes nobody).
+        ``"released"``, ``"stale"``, or ``"exhausted"``: the job has ``bound`` strikes and
+        was not released; it is still active under ``token``, for the caller to fail."""
+        checks.name("job_id", job_id)
+        attempts = checks.token(token)
+        checks.integer("bound", bound, at_least=1)
+        code = await self._run(
+            SCRIPTS["release"],
+            self._keys.script_keys("release", self._keys.job(job_id)),
+            [job_id, attempts, "", lease_of(token), bound],
+        )
+        return _HAND_BACK[int(code)]
 
     async def get(self, job_id: str) -> JobInfo | None:
         checks.name("job_id", job_id)

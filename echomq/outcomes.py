@@ -21,6 +21,7 @@ from .claims import ClaimTracker, Key, key_of
 from .codec import text
 from .errors import Retry
 from .hooks import HookChain
+from .jobs import HandBack
 from .outbox import Outbox
 from .queue import Queue
 from .trouble import Trouble
@@ -154,6 +155,26 @@ class Outcomes:
             self.counts.stale += 1
         await self.hooks().released(claim, bool(ok))
         return bool(ok)
+
+    async def hand_back(self, claim: Claim, bound: int) -> HandBack | None:
+        """``release`` for a handler that raised ``Unavailable`` (see
+        :meth:`~echomq.jobs.Jobs.hand_back`): ``"released"``, ``"stale"``, ``"exhausted"``
+        (still held: fail it), or None once given up."""
+        self.tracker.finish(key_of(claim))
+        sent, verdict = await self._within_lease(
+            claim,
+            "release",
+            "hand it back",
+            lambda: self.queue.jobs.hand_back(claim.job_id, claim.token, bound),
+        )
+        if not sent or verdict == "exhausted":
+            return verdict
+        if verdict == "released":
+            self.counts.released += 1
+        else:
+            self.counts.stale += 1
+        await self.hooks().released(claim, verdict == "released")
+        return verdict
 
     async def release_once(self, claim: Claim) -> None:
         """Hand ``claim`` back, best effort (a stop): on an error its lease runs out."""
