@@ -45,7 +45,7 @@ from web.hub import Hub
 from web.metrics import Metrics, RouteMetrics
 from web.openapi import openapi_document
 from web.responses import JSONResponse
-from web.services import Services, guess_refused_locally, services_of
+from web.services import Services, guess_refused_locally, services_of, token_known
 
 log = logging.getLogger("codemojex.web")
 
@@ -150,7 +150,13 @@ def create_app(config: Config) -> Starlette:
         middleware=[
             Middleware(RouteMetrics, metrics=meters),
             Middleware(Edge),
-            Middleware(Door, gate=gate, peek=guess_refused_locally),
+            Middleware(
+                Door,
+                gate=gate,
+                peek=guess_refused_locally,
+                known=token_known,
+                allowed_origins=config.allowed_origins,
+            ),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

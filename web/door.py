@@ -4,10 +4,20 @@ shed (CONTRACT §4, Overload).
 Without a door, every request a client sent was worked on at once: past ~100 in flight
 redis-py's pool refused them all alike (``MaxConnectionsError``, ``503 unavailable`` to
 everyone), and below that the event loop served a masher's hundreds of requests and an
-honest player's one first come, first served. :class:`Door` (ASGI middleware, ``/api/``
-paths only; pages, static files, health, metrics and websockets pass untouched) does what
-nginx's ``limit_conn``, fq_codel and an adaptive concurrency limiter (Netflix's gradient,
-Envoy's adaptive concurrency) do together:
+honest player's one first come, first served. :class:`Door` (ASGI middleware over
+``/api/`` paths; pages, static files, health and metrics pass only its per-address bound, and
+a socket's handshake takes the same, :meth:`Gate.address_slot`) does what nginx's
+``limit_conn``, fq_codel and an adaptive concurrency limiter (Netflix's gradient, Envoy's
+adaptive concurrency) do together:
+
+* **The body first.** A request's body (at most ``MAX_BODY_BYTES``) is read before the
+  request counts against anything, within :data:`BODY_TIMEOUT_S`; one that does not arrive
+  in time is ``408 request_timeout`` and its connection is closed. A client that declares a
+  body and never sends it holds its own connection, not a slot.
+* **No simple cross-site writes.** A state-changing request whose ``Origin`` is foreign and
+  whose body is not declared ``application/json`` is ``403 forbidden`` before anything
+  runs: a hostile page's form or ``text/plain`` fetch (a CORS "simple request", sent
+  without a preflight) cannot spend the visitor's address bucket.
 
 * **A bound.** At most ``limit`` requests are worked on at once (``--door-in-flight``);
   the Valkey pool is sized above it (``codemojex.game.pool_size``) and waits rather than
@@ -20,7 +30,11 @@ Envoy's adaptive concurrency) do together:
   (:func:`codemojex.admission.address_key`: an IPv6 /64 is one address; a classroom behind
   one NAT is many light players, a flood spread over tokens from one address is not); a
   token the door has not seen lately starts at the light threshold, behind players
-  known to send at an honest pace.
+  known to send at an honest pace. A request without a token this process has
+  authenticated (none, or one it does not know) also weighs its address's rate of such
+  requests, whole: an address sending many of them is heavy by its own rate, and only
+  authenticated players' rates set the light threshold (:meth:`Gate.field`), so a flood of
+  made-up tokens cannot make honest players heavy.
 * **Light first.** A request of weight at most :data:`LIGHT_RATE` (an honest pace) takes a
   free slot up to twice the configured bound whatever the adaptive one; any other waits, and a
   free slot goes to the lightest waiting (fq_codel's new flows first), so a player at an
@@ -39,7 +53,8 @@ Envoy's adaptive concurrency) do together:
   even when each heavy request is admitted after theirs: every accepted guess is scored by
   the workers on the same cores.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
-  working or waiting (``--address-in-flight``); more are refused ``503 overloaded``.
+  working or waiting (``--address-in-flight``), whatever their path, socket handshakes
+  included; more are refused ``503 overloaded`` (a handshake: closed 1013 after accept).
 * **Refusals that cost little.** A guess from a player the bucket mirror already refuses
   (:class:`codemojex.admission.BucketMirror`) goes around the queue: it is answered
   ``429`` without a Valkey round trip, so it needs no slot. No ``503 overloaded`` leaves
@@ -55,21 +70,29 @@ Envoy's adaptive concurrency) do together:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
+import logging
 import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemojex.admission import address_key
+from web.errors import MAX_BODY_BYTES, ForeignOrigin, RequestTimeout, error_response
+
+log = logging.getLogger("codemojex.web")
 
 __all__ = [
+    "BODY_TIMEOUT_S",
     "LIGHT_RATE",
     "Door",
     "FlowRates",
@@ -77,8 +100,15 @@ __all__ = [
     "GateCollector",
     "Shed",
     "hold_refusal",
+    "origin_allowed",
     "through",
 ]
+
+# How long a request's body may take to arrive before it is 408 request_timeout: the
+# contract's 16 KiB take a fraction of this on the slowest honest link, and until it is
+# here the request holds nothing at the door.
+BODY_TIMEOUT_S = 2.0
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 # A request weighs its player's recent rate plus its address's over this many: a classroom
 # behind one NAT (many players, each at an honest pace) stays light, while an address that
@@ -328,6 +358,8 @@ class Gate:
         self.clock = clock
         self.players = FlowRates()
         self.addresses = FlowRates()
+        # per address, its requests without a token this process has authenticated
+        self.anonymous = FlowRates()
         # admissions per address, light and heavy apart: the address share under overload
         self.light_in = FlowRates()
         self.heavy_in = FlowRates()
@@ -344,6 +376,35 @@ class Gate:
         self.refused: dict[str, tuple[float, int]] = {}
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
+
+    def take_address(self, address: str) -> bool:
+        """One more request of ``address`` at the door, if its bound allows (then hand it
+        back with :meth:`release_address`)."""
+        held = self.at_door.get(address, 0)
+        if self.address_limit and held >= self.address_limit:
+            return False
+        self.at_door[address] = held + 1
+        return True
+
+    def release_address(self, address: str) -> None:
+        left = self.at_door[address] - 1
+        if left:
+            self.at_door[address] = left
+        else:
+            del self.at_door[address]
+
+    @contextlib.contextmanager
+    def address_slot(self, address: str) -> Iterator[bool]:
+        """:meth:`take_address` for a block: yields whether the address had room (when
+        False, nothing was taken and the block should refuse), counting the refusal."""
+        if not self.take_address(address):
+            self.counts["shed_address"] += 1
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.release_address(address)
 
     def timed(self, seconds: float) -> None:
         """A guess held a slot for ``seconds``: the gradient may move the bound."""
@@ -572,6 +633,7 @@ async def through(
     now: float,
     bypass: Callable[[], bool] | None = None,
     guess: bool = False,
+    authenticated: bool = True,
 ) -> T | Shed:
     """``work()`` once the door lets it in, else the :class:`Shed` that says why not: the
     one way in for an API request (:class:`Door`) and a socket's guess frame
@@ -581,8 +643,13 @@ async def through(
     (:meth:`Gate.refusal_hold`), its token still counted at the door meanwhile.
     ``bypass()``: True for work answered without backend work (the bucket mirror refuses
     its player), which skips the queue. ``guess``: its time in the slot feeds the
-    adaptive bound."""
+    adaptive bound. ``authenticated``: ``token`` is one this process has authenticated;
+    False (or no token) weighs the address's rate of such requests whole, and keeps the
+    token out of the field's sample."""
     weight = gate.addresses.hit(address, now) / ADDRESS_SHARE
+    if token is None or not authenticated:
+        unknown = gate.anonymous.hit(address, now)
+        weight += unknown
     # By recent rate alone, without the requests already at the door: what the address
     # share judges. A CPU-starved web piles an honest crowd's requests up at the door (200
     # players at 5/s each, two or three apiece waiting), which tips them heavy in the
@@ -598,19 +665,17 @@ async def through(
         # would otherwise all be new flows, first in line)
         new = 0.0 if token in gate.players else gate.light_now
         rate = gate.players.hit(token, now)
-        gate.field(token, rate, now)
+        if authenticated:
+            gate.field(token, rate, now)
         weight += rate + tokens.get(token, 0) + new
         paced += rate
         tokens[token] = tokens.get(token, 0) + 1
     sender = token or address  # whose early retries lengthen its refusals
-    at_door = gate.at_door
     try:
-        held = at_door.get(address, 0)
-        if gate.address_limit and held >= gate.address_limit:
+        if not gate.take_address(address):
             gate.counts["shed_address"] += 1
             await hold_refusal(gate, now, sender)
             return ADDRESS
-        at_door[address] = held + 1
         try:
             if bypass is not None and bypass():
                 gate.counts["bypassed"] += 1
@@ -635,11 +700,7 @@ async def through(
                     gate.timed(took)
                 gate.leave(gate.idle_after(took) if heavy else 0.0)
         finally:
-            left = at_door[address] - 1
-            if left:
-                at_door[address] = left
-            else:
-                del at_door[address]
+            gate.release_address(address)
     finally:
         if token is not None:
             left = tokens[token] - 1
@@ -658,24 +719,127 @@ async def hold_refusal(gate: Gate, arrived: float, sender: str) -> None:
     gate.refusal_answered(sender)
 
 
+def origin_allowed(headers: Headers, allowed: tuple[str, ...]) -> bool:
+    """Whether a request's ``Origin`` is the server's own (its ``Host``) or on ``allowed``;
+    a request without one (not a browser: Origin is a browser's promise) is allowed."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    origin = origin.strip().rstrip("/").lower()
+    if origin in {a.strip().rstrip("/").lower() for a in allowed}:
+        return True
+    host = (headers.get("host") or "").strip().lower()
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host
+
+
+def _cross_site_simple(scope: Scope, allowed: tuple[str, ...]) -> bool:
+    """A state-changing request a foreign page could send without a CORS preflight: its
+    ``Origin`` is foreign and its body is not declared JSON (a browser preflights an
+    ``application/json`` body, and this server answers no preflight)."""
+    if scope["method"] not in STATE_CHANGING:
+        return False
+    headers = Headers(scope=scope)
+    if origin_allowed(headers, allowed):
+        return False
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    return media != "application/json"
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def _arrived(receive: Receive) -> list[Message] | None:
+    """The request's body messages, read until the body is whole or past
+    ``MAX_BODY_BYTES`` (the app then refuses it 413 in the contract's order); None if the
+    client left first."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        messages.append(message)
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False) or size > MAX_BODY_BYTES:
+            return messages
+
+
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that hands out ``messages`` first (the body the door read)."""
+    pending = list(reversed(messages))
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replayed
+
+
 class Door:
     """ASGI middleware over a :class:`Gate` (see the module docstring). ``peek(scope,
     token)``: True for a guess that will be answered without backend work (the bucket
-    mirror refuses its player): it skips the queue."""
+    mirror refuses its player): it skips the queue. ``known(scope, token)``: True for a
+    token this process has authenticated (no I/O). ``allowed_origins``: the origins
+    besides the server's own whose pages may write (``Config.allowed_origins``)."""
 
-    def __init__(self, app: ASGIApp, *, gate: Gate, peek: Peek | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        gate: Gate,
+        peek: Peek | None = None,
+        known: Peek | None = None,
+        allowed_origins: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.gate = gate
         self.peek = peek
+        self.known = known
+        self.allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if _cross_site_simple(scope, self.allowed_origins):
+            await error_response(ForeignOrigin())(scope, receive, send)
+            return
         gate = self.gate
-        now = gate.clock()
         client = scope.get("client")
         address = address_key(client[0] if client else "")
+        if not scope["path"].startswith("/api/"):
+            # Pages, health, metrics: no queue, but one address holds only so many.
+            with gate.address_slot(address) as room:
+                if room:
+                    await self.app(scope, receive, send)
+                    return
+            await hold_refusal(gate, gate.clock(), address)
+            await self._answer(ADDRESS, send)
+            return
+        declared = _declared_length(scope)
+        if declared is None or declared <= MAX_BODY_BYTES:
+            try:
+                async with asyncio.timeout(BODY_TIMEOUT_S):
+                    messages = await _arrived(receive)
+            except TimeoutError:
+                log.info("request body too slow: %s", scope["path"])
+                gate.counts["body_timeout"] += 1
+                await error_response(RequestTimeout())(scope, receive, send)
+                return
+            if messages is None:
+                log.info("client left before its request was read: %s", scope["path"])
+                return  # nobody to answer
+            receive = _replaying(messages, receive)
+        now = gate.clock()
         token = _authorization(scope)
         post = scope["method"] == "POST"
         peek = self.peek
@@ -685,6 +849,7 @@ class Door:
             def bypass() -> bool:
                 return peek(scope, token)
 
+        known = self.known
         shed = await through(
             gate,
             address,
@@ -693,11 +858,16 @@ class Door:
             now=now,
             bypass=bypass,
             guess=post and scope["path"] == "/api/guesses",
+            authenticated=token is not None and (known is None or known(scope, token)),
         )
         if isinstance(shed, Shed):
-            start, body = shed.answer
-            await send({**start, "headers": list(start["headers"])})
-            await send(body)
+            await self._answer(shed, send)
+
+    @staticmethod
+    async def _answer(shed: Shed, send: Send) -> None:
+        start, body = shed.answer
+        await send({**start, "headers": list(start["headers"])})
+        await send(body)
 
 
 class GateCollector(Collector):
@@ -712,7 +882,7 @@ class GateCollector(Collector):
             "codemojex_door_requests",
             "API requests by what the door did: admitted (at once or after queueing), "
             "bypassed (a refusal known without Valkey), shed_wait / shed_full / shed_share / "
-            "shed_address (503 overloaded)",
+            "shed_address (503 overloaded), body_timeout (408: the body did not arrive)",
             labels=["outcome"],
         )
         for outcome in (
@@ -723,6 +893,7 @@ class GateCollector(Collector):
             "shed_full",
             "shed_share",
             "shed_address",
+            "body_timeout",
         ):
             outcomes.add_metric([outcome], gate.counts.get(outcome, 0))
         yield outcomes

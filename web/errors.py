@@ -68,6 +68,14 @@ class RequestTimeout(CodemojexError):
         return {"Connection": "close"}
 
 
+class ForeignOrigin(CodemojexError):
+    code = "forbidden"
+    status = 403
+    default_detail = (
+        "a request that changes state from another site's page must send an application/json body"
+    )
+
+
 class NotFound(CodemojexError):
     code = "not_found"
     status = 404

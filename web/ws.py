@@ -17,6 +17,14 @@ uvicorn protocol, this task and the hub's small :class:`~web.outbox.Connection`.
 whose unsent bytes pile up is closed with 4008 by the hub. Malformed frames get an
 ``error`` message; binary frames close with 1003, oversize ones with 1009; server trouble
 closes with 1013 — never 1011.
+
+What a socket costs before it is a socket is bounded too: its handshake (the origin check
+and the token's lookup) holds one of its address's requests at the door
+(:meth:`web.door.Gate.address_slot`; past the bound it is closed 1013), and a token that
+failed lately is refused without a lookup (:class:`web.services.BadTokens`). Frames that are
+no guess (pings, malformed ones) cost a reply each, so a socket may send only
+:data:`FRAME_RATE_PER_S` of them a second (bursts of :data:`FRAME_BURST`); past that it is
+closed 1008.
 """
 
 from __future__ import annotations
@@ -24,11 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette import status
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
@@ -39,7 +46,7 @@ from codemojex.admission import address_key
 from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
 from codemojex.guesses import Accepted
 from web.door import RETRY_AFTER_S as DOOR_RETRY_AFTER_S
-from web.door import Shed, through
+from web.door import Shed, origin_allowed, through
 from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
@@ -59,6 +66,13 @@ log = logging.getLogger("codemojex.web.ws")
 CLOSE_UNSUPPORTED_DATA = status.WS_1003_UNSUPPORTED_DATA  # binary frames
 CLOSE_TOO_BIG = status.WS_1009_MESSAGE_TOO_BIG
 CLOSE_TRY_AGAIN_LATER = status.WS_1013_TRY_AGAIN_LATER  # the backend failed us; reconnect
+CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION  # past its rate of frames that are no guess
+
+# Frames that are no guess (pings, malformed ones) a socket may send: a page sends none of
+# its own accord, so this is generous for any client that pings to keep a proxy awake and
+# small beside what a loop of them costs (a parse and a reply each).
+FRAME_RATE_PER_S = 2.0
+FRAME_BURST = 20.0
 
 BACKEND_TIMEOUT_S = 5.0
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
@@ -72,21 +86,6 @@ class _Done(Exception):
     def __init__(self, code: int | None) -> None:
         super().__init__(code)
         self.code = code
-
-
-def origin_allowed(headers: Headers, allowed: tuple[str, ...]) -> bool:
-    origin = headers.get("origin")
-    if origin is None:
-        return True  # not a browser: Origin is a browser's promise, nothing to check
-    origin = origin.strip().rstrip("/").lower()
-    if origin in {a.strip().rstrip("/").lower() for a in allowed}:
-        return True
-    host = (headers.get("host") or "").strip().lower()
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host
 
 
 async def _refuse(websocket: WebSocket) -> None:
@@ -128,20 +127,29 @@ def offered_token(websocket: WebSocket) -> tuple[str | None, str | None]:
 
 async def socket_endpoint(websocket: WebSocket) -> None:
     services = services_of(websocket)
-    if not origin_allowed(websocket.headers, services.config.allowed_origins):
-        await _refuse(websocket)
-        return
+    address = address_key(websocket.client.host if websocket.client else None)
     token, subprotocol = offered_token(websocket)
-    try:
-        async with asyncio.timeout(BACKEND_TIMEOUT_S):
-            player = await services.player(token)
-    except Unauthorized:
-        await _refuse(websocket)
-        return
-    except BACKEND_ERRORS as exc:
-        # Not a 403: the token may be fine. Accept and close "try again later", which
-        # the page answers by reconnecting with backoff.
-        log.warning("socket closed, backend unavailable: %s: %s", type(exc).__name__, exc)
+    gate = services.door
+    slot = gate.address_slot(address) if gate is not None else contextlib.nullcontext(True)
+    with slot as room:
+        if room:
+            if not origin_allowed(websocket.headers, services.config.allowed_origins):
+                await _refuse(websocket)
+                return
+            try:
+                async with asyncio.timeout(BACKEND_TIMEOUT_S):
+                    player = await services.player(token)
+            except Unauthorized:
+                await _refuse(websocket)
+                return
+            except BACKEND_ERRORS as exc:
+                # Not a 403: the token may be fine. Accept and close "try again later",
+                # which the page answers by reconnecting with backoff.
+                log.warning("socket closed, backend unavailable: %s: %s", type(exc).__name__, exc)
+                room = False
+    if not room:
+        # Its address has too many requests at the door (or the backend failed): try
+        # again later, which the page answers by reconnecting with backoff.
         await websocket.accept(subprotocol)
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
@@ -152,7 +160,6 @@ async def socket_endpoint(websocket: WebSocket) -> None:
         log.error("socket refused: the app is served without web.server's websocket protocol")
         await _close(websocket, CLOSE_TRY_AGAIN_LATER)
         return
-    address = address_key(websocket.client.host if websocket.client else None)
     if not services.hub.admits(player.player_id, address):
         # Too many sockets (this player's, this address's or this process's): try again
         # later, as after a restart; the page backs off before reconnecting.
@@ -229,9 +236,29 @@ async def _drained(conn: Connection) -> None:
         await asyncio.sleep(DRAIN_POLL_S)
 
 
+class _FrameAllowance:
+    """One socket's token bucket for frames that are no guess (see the module docstring)."""
+
+    __slots__ = ("at", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = FRAME_BURST
+        self.at = time.monotonic()
+
+    def spend(self) -> None:
+        """One such frame; past the rate, the socket is closed with :data:`CLOSE_POLICY`."""
+        now = time.monotonic()
+        self.tokens = min(FRAME_BURST, self.tokens + (now - self.at) * FRAME_RATE_PER_S)
+        self.at = now
+        if self.tokens < 1:
+            raise _Done(CLOSE_POLICY)
+        self.tokens -= 1
+
+
 async def _read(
     websocket: WebSocket, services: Services, player: store.Player, conn: Connection, token: str
 ) -> None:
+    allowance = _FrameAllowance()
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -246,13 +273,18 @@ async def _read(
             or len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES
         ):
             raise _Done(CLOSE_TOO_BIG)
-        reply = await _answer(text, services, player, token, conn.address)
+        reply = await _answer(text, services, player, token, conn.address, allowance)
         if reply is not None:
             services.hub.offer(conn, Outgoing.of(reply))
 
 
 async def _answer(
-    text: str, services: Services, player: store.Player, token: str, address: str
+    text: str,
+    services: Services,
+    player: store.Player,
+    token: str,
+    address: str,
+    allowance: _FrameAllowance,
 ) -> dict[str, Any] | None:
     """The reply to one client frame (None: nothing to say).
 
@@ -264,19 +296,24 @@ async def _answer(
     slows its own socket."""
     client_id: str | None = None
     try:
-        body = parse_json_object(text)
-        kind = body.get("type")
-        if kind == "ping":
-            return {"type": "pong"}
-        if kind != "guess":
-            raise InvalidBody('type must be "guess"')
-        raw_id = body.get("client_id")
-        if raw_id is not None:
-            client_id = idempotency_key(raw_id if isinstance(raw_id, str) else "")
         try:
-            round_id, guess = guess_fields(body)
-        except InvalidBody as exc:
-            services.count(exc.code)
+            body = parse_json_object(text)
+            kind = body.get("type")
+            if kind == "ping":
+                allowance.spend()
+                return {"type": "pong"}
+            if kind != "guess":
+                raise InvalidBody('type must be "guess"')
+            raw_id = body.get("client_id")
+            if raw_id is not None:
+                client_id = idempotency_key(raw_id if isinstance(raw_id, str) else "")
+            try:
+                round_id, guess = guess_fields(body)
+            except InvalidBody as exc:
+                services.count(exc.code)
+                raise
+        except InvalidBody:
+            allowance.spend()
             raise
 
         async def submit() -> Accepted:

@@ -436,3 +436,47 @@ def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() 
     assert holds == [MIN_REFUSAL_S] * 8
     assert gate.refusal_hold("eight", sent) == MIN_REFUSAL_S  # one more sent back then
     assert gate.refusal_hold("eight", clock.t) == 2 * MIN_REFUSAL_S  # one sent just now
+
+
+async def test_an_address_sending_many_requests_without_a_token_is_heavy_by_its_own_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
+    clock = Clock()
+    gate = Gate(limit=1, wait_ms=20, address_limit=0, clock=clock)
+
+    async def work() -> str:
+        return "served"
+
+    # 40 tokenless requests in a second from one address: 20 a second, twice an honest pace.
+    for _ in range(40):
+        clock.t += 0.025
+        assert await through(gate, "10.0.0.2", None, work, now=clock.t) == "served"
+    assert await gate.enter(0.0)  # the one slot is busy: only light requests pass it now
+    try:
+        shed = await through(gate, "10.0.0.2", None, work, now=clock.t)
+        assert isinstance(shed, Shed) and shed.reason == "busy"
+        # Another address's first tokenless request is light: it takes a light slot.
+        assert await through(gate, "10.0.0.3", None, work, now=clock.t) == "served"
+    finally:
+        gate.leave()
+
+
+def test_only_authenticated_senders_move_the_light_threshold() -> None:
+    clock = Clock()
+    gate = Gate(limit=4, wait_ms=50, address_limit=0, clock=clock)
+
+    async def work() -> str:
+        return "served"
+
+    async def send(token: str, authenticated: bool) -> None:
+        await through(gate, "10.0.0.2", token, work, now=clock.t, authenticated=authenticated)
+
+    # Two players at 8 a second, and 16 made-up tokens a second beside them, for 3 s.
+    for tick in range(48):
+        clock.t += 1 / 16
+        if tick % 2 == 0:
+            asyncio.run(send("honest-1", True))
+            asyncio.run(send("honest-2", True))
+        asyncio.run(send(f"random-{tick}", False))
+    assert gate.light_now == LIGHT_RATE

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,12 +238,28 @@ async def test_a_refusal_the_mirror_knows_sends_nothing_to_valkey(
         assert (await _guess(s, token, round_id, "k-4")).status_code == 202
 
 
-async def _slow_request(port: int, source: str, token: str) -> tuple[asyncio.StreamReader, Any]:
-    """A guess whose body never comes: it holds its place at the door until the end."""
+@contextlib.contextmanager
+def sql_write_locked(database_url: str) -> Iterator[None]:
+    """SQLite's write lock, held by the test: the app's writes wait for it (up to their
+    busy timeout), as behind a slow database."""
+    db = sqlite3.connect(database_url.partition(":///")[2], isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+
+
+async def slow_request(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, Any]:
+    """A whole ``POST /api/players``: under :func:`sql_write_locked` it holds its place at
+    the door until the lock goes (a body that never comes holds none)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    body = b'{"name": "Slow"}'
     writer.write(
-        b"POST /api/guesses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Authorization: Bearer " + token.encode() + b"\r\nContent-Length: 100\r\n\r\n"
+        b"POST /api/players HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
     )
     await writer.drain()
     return reader, writer
@@ -252,19 +269,20 @@ async def test_one_address_has_at_most_its_requests_in_flight(configure: Any) ->
     config = configure(address_in_flight=3, door_in_flight=16)
     async with serve(config) as s:
         gate = s.app.state.door
-        token = (await s.new_player("Slow"))["token"]
-        held = [await _slow_request(s.port, "127.0.0.2", token) for _ in range(3)]
-        async with asyncio.timeout(5):
-            while gate.at_door.get("127.0.0.2") != 3:
-                await asyncio.sleep(0.01)
-        # A fourth from that address is refused at once ...
-        transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
-        async with httpx.AsyncClient(base_url=s.base, transport=transport) as same:
-            refused = await same.get("/api/round")
-        body = assert_error(refused, 503, "overloaded")
-        assert "your address" in body["detail"] and refused.headers["Retry-After"] == "1"
-        # ... while another address is served, and the first is again once its requests end.
-        assert (await s.http.get("/api/round")).status_code == 200
+        with sql_write_locked(str(config.database_url)):
+            held = [await slow_request(s.port, "127.0.0.2") for _ in range(3)]
+            async with asyncio.timeout(5):
+                while gate.at_door.get("127.0.0.2") != 3:
+                    await asyncio.sleep(0.01)
+            # A fourth from that address is refused at once ...
+            transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+            async with httpx.AsyncClient(base_url=s.base, transport=transport) as same:
+                refused = await same.get("/api/round")
+            body = assert_error(refused, 503, "overloaded")
+            assert "your address" in body["detail"] and refused.headers["Retry-After"] == "1"
+            # ... while another address is served, and the first is again once its requests
+            # end.
+            assert (await s.http.get("/api/round")).status_code == 200
         for _, writer in held:
             writer.close()
         async with asyncio.timeout(5):

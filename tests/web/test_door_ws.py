@@ -10,6 +10,7 @@ Each test runs its own uvicorn (the app in this process) on the module's private
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
 from tests.web.conftest import make_config, of_type, recv_until
-from tests.web.test_door import serve
+from tests.web.test_door import serve, slow_request, sql_write_locked
 from web.door import MIN_REFUSAL_S
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,28 +49,18 @@ async def _ws_guess(ws: ClientConnection, round_id: str, client_id: str) -> dict
     )
 
 
-async def _hold_slot(port: int, token: str) -> asyncio.StreamWriter:
-    """A guess whose body never comes: once the door lets it in it holds its slot (until
-    the request's own timeout, 5 s, longer than the test needs)."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        b"POST /api/guesses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Authorization: Bearer " + token.encode() + b"\r\nContent-Length: 100\r\n\r\n"
-    )
-    await writer.drain()
-    return writer
-
-
 async def test_a_socket_guess_is_shed_overloaded_when_the_door_is_full(configure: Any) -> None:
-    # One slot, a wait of 0.2 s: a slow HTTP guess holds the slot, so a heavy sender's
+    # One slot, a wait of 0.2 s: a slow HTTP request holds the slot, so a heavy sender's
     # socket guess waits and is shed, while a light one takes the light senders' room.
     config = configure(door_in_flight=1, door_wait_ms=200, address_in_flight=0, guess_rate=0)
     async with serve(config) as s:
         gate = s.app.state.door
-        holder, player = await s.new_player("Holder"), await s.new_player("Socket")
+        player = await s.new_player("Socket")
         round_id = (await s.current_round())["round_id"]
-        writer = await _hold_slot(s.port, holder["token"])
-        try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(sql_write_locked(str(config.database_url)))
+            _, writer = await slow_request(s.port)
+            stack.callback(writer.close)
             async with asyncio.timeout(5):
                 while gate.working < 1:
                     await asyncio.sleep(0.01)
@@ -96,8 +87,6 @@ async def test_a_socket_guess_is_shed_overloaded_when_the_door_is_full(configure
                 assert gate.working == 1
                 accepted = await _ws_guess(ws, round_id, "second")
                 assert accepted["type"] == "accepted" and accepted["seq"] == 0, accepted
-        finally:
-            writer.close()
         async with asyncio.timeout(10):
             while gate.working or gate.tokens_at_door or gate.at_door:
                 await asyncio.sleep(0.01)
