@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ipaddress
 import logging
 import math
 import time
@@ -217,11 +219,11 @@ class Hub:
         """Whether one more socket of ``player_id`` from ``address`` (an
         :func:`~codemojex.admission.address_key`) fits under this process's limits.
 
-        A full process does not simply refuse: a newcomer whose address holds less than
-        its fair share (the process's sockets over the addresses holding them) takes the
-        newest socket of the address holding the most, which is closed 1013 (its page
-        reconnects later, as after a restart). So one address, however many sockets it
-        opens, cannot keep another's players out."""
+        A full process does not simply refuse: a newcomer may take the newest socket of
+        the largest group of addresses (:meth:`_displaced_by`), which is closed 1013 (its
+        page reconnects later, as after a restart). So one address, or one customer's
+        many addresses, however many sockets it opens, cannot keep another's players
+        out."""
         cfg = self.game.config
         mine = self._by_player.get(player_id, ())
         if cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player:
@@ -231,15 +233,55 @@ class Hub:
             return False
         if not cfg.sockets_per_process or len(self._conns) < cfg.sockets_per_process:
             return True
-        heaviest = max(self._by_address, key=lambda a: len(self._by_address[a]))
-        share = cfg.sockets_per_process // (len(self._by_address) + (held == 0))
-        if heaviest == address or held >= share or len(self._by_address[heaviest]) <= held + 1:
+        victim = self._displaced_by(address)
+        if victim is None:
             return False
-        victim = next(reversed(self._by_address[heaviest]))
         self.leave(victim)
         victim.sink.close_now(CLOSE_TRY_AGAIN_LATER)
         self.metrics.sockets_displaced.inc()
         return True
+
+    def _displaced_by(self, address: str) -> Connection | None:
+        """The socket a newcomer from ``address`` takes in a full process, if any.
+
+        Addresses are grouped as :func:`address_groups` says (an IPv6 /64 in its /56 in
+        its /48): from the coarsest level down, a newcomer whose group holds nothing yet,
+        or at least two fewer than the largest other group, takes a socket of that largest
+        group; one whose group is the largest looks inside it at the next level; at the
+        finest it is refused. Within the group it takes from, the victim is the newest
+        socket of its largest subgroups, down to one address."""
+        mine = address_groups(address)
+        scope = list(self._by_address)
+        for level, key in enumerate(mine):
+            sizes = self._group_sizes(scope, level)
+            held = sizes.pop(key, 0)
+            if sizes:
+                largest = max(sizes, key=sizes.__getitem__)
+                if sizes[largest] > held:
+                    if held and sizes[largest] <= held + 1:
+                        return None  # taking one would only swap who is short
+                    return self._newest_of(
+                        [a for a in scope if _group(a, level) == largest], level + 1
+                    )
+            scope = [a for a in scope if _group(a, level) == key]
+        return None
+
+    def _group_sizes(self, addresses: Sequence[str], level: int) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for a in addresses:
+            group = _group(a, level)
+            sizes[group] = sizes.get(group, 0) + len(self._by_address[a])
+        return sizes
+
+    def _newest_of(self, addresses: list[str], level: int) -> Connection:
+        """The newest socket of the largest subgroup of ``addresses`` at each level from
+        ``level`` down, ending at one address."""
+        while len(addresses) > 1:
+            sizes = self._group_sizes(addresses, level)
+            largest = max(sizes, key=sizes.__getitem__)
+            addresses = [a for a in addresses if _group(a, level) == largest]
+            level += 1
+        return next(reversed(self._by_address[addresses[0]]))
 
     def join(self, player_id: str, sink: FrameSink, address: str = "") -> Connection:
         conn = Connection(player_id, sink, address, self.outbox_limit)
@@ -535,6 +577,30 @@ class Hub:
             idle_since = time.monotonic() - PING_INTERVAL_S
             for conn in [c for c in self._conns if c.wrote_at <= idle_since]:
                 self.offer(conn, PING)
+
+
+# The levels a full process groups client addresses by when it makes room: one customer
+# of a provider commonly holds a /48 or a /56 of IPv6 addresses, and any of its /64s.
+IPV6_GROUP_PREFIXES = (48, 56)
+
+
+@functools.lru_cache(maxsize=4096)
+def address_groups(address: str) -> tuple[str, ...]:
+    """The groups an :func:`~codemojex.admission.address_key` belongs to, coarsest first,
+    itself last: an IPv6 /64 as its /48, its /56 and itself; anything else as itself."""
+    if ":" not in address or "/" not in address:
+        return (address,)
+    try:
+        net = ipaddress.IPv6Network(address)
+    except ValueError:
+        return (address,)
+    wider = [str(net.supernet(new_prefix=p)) for p in IPV6_GROUP_PREFIXES if p < net.prefixlen]
+    return (*wider, address)
+
+
+def _group(address: str, level: int) -> str:
+    groups = address_groups(address)
+    return groups[min(level, len(groups) - 1)]
 
 
 def _reader_failed(exc: BaseException, delay: float) -> None:
