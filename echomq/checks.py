@@ -30,6 +30,12 @@ DEFAULT_MAX_ATTEMPTS = 5
 # malformed (common.lua `count`).
 MAX_INT = 2**50
 
+# The one bound of a fencing token (a row's `attempts` after a claim), on every side: a
+# claim hands out at most this (lua/include/common.lua MAX_TOKEN: a row at it is not leased
+# again), so an enqueue seeds `attempts` below it (the claim adds one) and a token past it
+# can never be current, in a batch call merely stale.
+MAX_TOKEN = MAX_INT
+
 
 def integer(name: str, value: Any, *, at_least: int | None = None, at_most: int = MAX_INT) -> int:
     """An ``int`` (never a ``bool`` or a ``float``) no smaller than ``at_least`` and no
@@ -74,7 +80,29 @@ def token(value: Any) -> int:
     then state and attempts are checked, not the lease). One no claim ever returned (a
     negative one) is merely stale, as the contract answers any token that is not current.
     Returned as a plain int, the number the scripts compare."""
-    return int(integer("token", value, at_least=-MAX_INT))
+    return int(integer("token", value, at_least=-MAX_TOKEN, at_most=MAX_TOKEN))
+
+
+def token_in_range(value: Any) -> int | None:
+    """:func:`token` for one item of a batch call: None for an int out of range (no claim
+    hands such a token out: that item is stale, and the others go on); ``TypeError`` for
+    anything but an int."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"token must be an int, got {type(value).__name__}")
+    return int(value) if -MAX_TOKEN <= value <= MAX_TOKEN else None
+
+
+def attempts(value: Any) -> int:
+    """An enqueue's ``attempts`` seed: the claim makes it ``attempts + 1``, which must be a
+    token a claim can hand out (at most :data:`MAX_TOKEN`)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"attempts must be an int, got {type(value).__name__}")
+    if not 0 <= value < MAX_TOKEN:
+        raise ValueError(
+            f"attempts must be >= 0 and < {MAX_TOKEN} (its claim's token, attempts + 1,"
+            f" is at most {MAX_TOKEN}), got {value}"
+        )
+    return value
 
 
 def bytes_(what: str, value: Any) -> bytes:

@@ -128,7 +128,7 @@ class Jobs:
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
         checks.integer("delay_ms", delay_ms, at_least=0)
-        checks.integer("attempts", attempts, at_least=0)
+        checks.attempts(attempts)
         encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
         body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
@@ -196,12 +196,18 @@ class Jobs:
         sets, the completed set, the open indexes and the counters are written once per
         call, not once per job."""
         checked = [(j, t, checks.bytes_("result", r)) for j, t, r in items]
+        # A token out of range is no claim's: that item is stale, and is not sent.
+        sent = [item for item in checked if checks.token_in_range(item[1]) is not None]
         calls = [
-            self._complete_batch(checked[i : i + COMPLETE_CHUNK])
-            for i in range(0, len(checked), COMPLETE_CHUNK)
+            self._complete_batch(sent[i : i + COMPLETE_CHUNK])
+            for i in range(0, len(sent), COMPLETE_CHUNK)
         ]
         replies = await self._q.runner.run_many(calls)
-        return [bool(int(v)) for reply in replies for v in reply]
+        verdicts = iter([bool(int(v)) for reply in replies for v in reply])
+        return [
+            next(verdicts) if checks.token_in_range(t) is not None else False
+            for _, t, _ in checked
+        ]
 
     async def fail(
         self, job_id: str, token: int, error: str, retry_in_ms: int | None = None
@@ -246,8 +252,13 @@ class Jobs:
         )
 
     async def extend_many(self, items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
-        calls = [self._extend_call(j, t, lease_ms) for j, t in items]
-        return [bool(r) for r in await self._q.runner.run_many(calls)]
+        """``extend`` for each item in one round trip; one verdict per item, in order. Each
+        item is judged on its own: a token out of range is stale (False, not sent) and the
+        others are renewed all the same."""
+        known = [checks.token_in_range(t) is not None for _, t in items]
+        calls = [self._extend_call(j, t, lease_ms) for (j, t), ok in zip(items, known) if ok]
+        replies = iter(await self._q.runner.run_many(calls))
+        return [bool(next(replies)) if ok else False for ok in known]
 
     async def release(self, job_id: str, token: int, *, worker_id: str | None = None) -> bool:
         """Back on its lane (pending), no delivery spent; the next claim's token is

@@ -190,7 +190,7 @@ class Lanes:
         checks.name("lane", lane)
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
-        checks.integer("attempts", attempts, at_least=0)
+        checks.attempts(attempts)
         if seq_scope is not None and not isinstance(seq_scope, str):
             raise TypeError(f"seq_scope must be a str or None, got {type(seq_scope).__name__}")
         if rate_subject is not None and not isinstance(rate_subject, str):

@@ -128,6 +128,7 @@ async def test_hand_backs_strike_only_while_other_jobs_complete(q: echomq.Queue)
         verdict = await q.jobs.hand_back(job, c.token, HAND_BACKS)
         assert verdict == ("exhausted" if n == HAND_BACKS - 1 else "released"), n
     info = await q.jobs.get(job)
+    assert c is not None
     assert info is not None and info.state == "active" and info.attempts == c.token
     assert await q.jobs.fail(job, c.token, "gave up") == "scheduled"
     assert await q.jobs.hand_back(job, c.token, HAND_BACKS) == "stale"

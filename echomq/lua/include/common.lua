@@ -184,6 +184,10 @@ local function count(v, default)
 end
 
 local DEAD_MALFORMED = 'malformed row'
+-- The largest token a claim hands out (echomq.checks.MAX_TOKEN, 2^50): the one bound the
+-- client checks tokens and enqueued attempts against. A row already at it cannot be
+-- leased again, so it goes dead as malformed rather than carry a token no call accepts.
+local MAX_TOKEN = 1125899906842624
 -- A row without `max` allows this many deliveries (echomq.checks.DEFAULT_MAX_ATTEMPTS):
 -- the enqueues write `max` only when it differs, a byte-size step of memory per job.
 local DEFAULT_MAX_ATTEMPTS = 5
@@ -231,7 +235,8 @@ local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
         -- in that subject's open index, where it has been since its enqueue)
         foreign[row[3]] = (foreign[row[3]] or 0) + 1
       end
-      if count(row[1], 0) == nil then
+      local attempts = count(row[1], 0)
+      if attempts == nil or attempts >= MAX_TOKEN then
         malformed[#malformed + 1] = {id, row[3] or ''}
       else
         good[#good + 1] = id
