@@ -79,11 +79,27 @@ end
 
 promote(now, limit)
 
+-- A lease renewed every third of itself leaves less slack than the heartbeat's (lapse -
+-- beat) when it is short: a freeze shorter than gap_ms, so no outage, can carry its
+-- deadline past before the renewal queued behind the freeze lands. So with outage
+-- detection on, a lease whose holder still beats waits up to a horizon (one lapse) past
+-- its deadline: it then has at least the heartbeat's slack, whatever its length, and a
+-- holder that died is reaped at its heartbeat lapse all the same.
+local function renewing(id, deadline)
+  if gap <= 0 or deadline <= now - horizon then return false end
+  local worker = redis.call('HGET', job_key(id), 'worker')
+  local beat = worker and tonumber(redis.call('ZSCORE', K_WORKERS, worker) or '')
+  return beat ~= nil and beat > now
+end
+
 local out = {1, 0}
-local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(expired) do
-  stall(id, now, maxlen, 'lease expired')
-  out[#out + 1] = id
+local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit, 'WITHSCORES')
+for i = 1, #expired, 2 do
+  local id = expired[i]
+  if not renewing(id, tonumber(expired[i + 1])) then
+    stall(id, now, maxlen, 'lease expired')
+    out[#out + 1] = id
+  end
 end
 
 local lapsed = redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)
