@@ -1,8 +1,11 @@
 """``ClaimTracker``: what a consumer holds, one record and one state per claim.
 
-A claim is keyed by ``(job_id, token)``, not by job id: after a lost lease the same job
-can come back to the very same consumer under a new token while the old attempt still
-unwinds. Its life inside the consumer::
+A claim is keyed by ``(job_id, attempts, lease)`` (:data:`Key`), not by job id: after a
+lost lease the same job can come back to the very same consumer under a new token while
+the old attempt still unwinds, and after data loss (a claim lost with an ``everysec``
+crash) under the same ``attempts`` with another lease id, which a :class:`~echomq.Token`
+alone would not tell apart: it hashes and compares as its int. Its life inside the
+consumer::
 
     READY ──> RUNNING ──> FINISHING <──> STUCK
       │  └───────┬──────────┘ │            │
@@ -13,8 +16,10 @@ unwinds. Its life inside the consumer::
 - ``FINISHING``: its outcome (complete, fail or release) is queued or in flight; the lease
   keeper leaves it alone, since an extend racing the outcome on another connection would
   be refused for a lease that was simply finished.
-- ``STUCK``: its outcome met an error and is being retried until ``give_up_at``; the lease
-  keeper renews it (the outcome may take a while), and each renewal moves that on.
+- ``STUCK``: its outcome met an error and is being retried until ``give_up_at``, a lease
+  after its first error; the lease keeper renews it meanwhile, so an outcome that gets
+  through in that time still counts, but no renewal moves ``give_up_at``: an outcome the
+  server refuses every time is given up, and its job left to the reaper.
 - ``LOST``: the lease is gone (an extend said so, or a stop's grace ran out): nothing of
   ours counts any more. A lost claim stays lost until it is forgotten.
 
@@ -30,14 +35,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .types import Claim
+from .types import Claim, lease_of
 
-Key = tuple[str, int]
+#: A held claim: ``(job_id, attempts, lease id)``.
+Key = tuple[str, int, str]
+
+
+def key_for(job_id: str, token: int) -> Key:
+    """The tracker's key of ``job_id`` held under ``token``."""
+    return (job_id, int(token), lease_of(token))
 
 
 def key_of(claim: Claim) -> Key:
-    """The tracker's key of ``claim``: ``(job_id, token)``."""
-    return (claim.job_id, claim.token)
+    """The tracker's key of ``claim``."""
+    return key_for(claim.job_id, claim.token)
 
 
 class ClaimState(enum.Enum):
@@ -84,13 +95,14 @@ class ClaimRecord:
     task: asyncio.Task[Any] | None = None  # its handler, once started
     # Called when the claim is lost, to wake whoever awaits its handler.
     wake: Callable[[], None] | None = None
-    # While its outcome is retried on errors: the loop time past which it is given up.
+    # While its outcome is retried on errors: the loop time past which it is given up,
+    # set by the first error.
     give_up_at: float | None = None
 
 
 class ClaimTracker:
     """The claims a consumer holds, from claim until forgotten: one :class:`ClaimRecord`
-    each, keyed by ``(job_id, token)``."""
+    each, keyed by :data:`Key`."""
 
     def __init__(self) -> None:
         self._records: dict[Key, ClaimRecord] = {}
@@ -150,8 +162,9 @@ class ClaimTracker:
 
     def give_up(self, key: Key, now: float, lease_s: float) -> bool:
         """Its outcome met an error at loop time ``now``: ``FINISHING`` -> ``STUCK``, to be
-        given up a lease from the first error (or the last renewal). True once that time
-        has come (and for a claim no longer held: the job was handed back)."""
+        given up a lease after the first error, however often its lease is renewed
+        meanwhile. True once that time has come (and for a claim no longer held: the job
+        was handed back)."""
         record = self._records.get(key)
         if record is None:
             return True
@@ -173,11 +186,6 @@ class ClaimTracker:
     def renewable(self) -> list[ClaimRecord]:
         """The claims whose lease the lease keeper renews: all but those ``FINISHING``."""
         return [r for r in self._records.values() if r.state is not FINISHING]
-
-    def renewed(self, record: ClaimRecord, until: float) -> None:
-        """Its lease was renewed until loop time ``until``: a stuck outcome has till then."""
-        if record.give_up_at is not None:
-            record.give_up_at = until
 
     def running(self) -> list[ClaimRecord]:
         """The claims whose handler started and has not returned yet."""

@@ -8,7 +8,6 @@ at once so that a stale attempt's side effects stop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -39,8 +38,7 @@ class LeaseKeeper:
         self.hooks = hooks
 
     async def renew(self) -> None:
-        """One pass: extend the held leases, give stuck outcomes a lease more, and lose
-        the claims whose extend was refused."""
+        """One pass: extend the held leases and lose the claims whose extend was refused."""
         # Ready and running jobs, and finished ones whose outcome is stuck on errors
         # (their verdicts never count as lost: the outcome itself may just have landed).
         held = self.tracker.renewable()
@@ -51,12 +49,10 @@ class LeaseKeeper:
             [(c.job_id, c.token) for c in claims], self.lease_ms
         )
         await self.hooks().extended(claims, verdicts)
-        renewed_until = asyncio.get_running_loop().time() + self.lease_ms / 1000
         for record, ok in zip(held, verdicts, strict=True):
-            if ok:
-                self.tracker.renewed(record, renewed_until)
-            elif (
-                record.state in (READY, RUNNING)
+            if (
+                not ok
+                and record.state in (READY, RUNNING)
                 and self.tracker.get(key_of(record.claim)) is record
             ):
                 self.on_lost(record)

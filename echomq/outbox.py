@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .backoff import Backoff
-from .claims import Key
+from .claims import Key, key_for
 from .errors import TRANSIENT
 from .hooks import Completion
 from .trouble import Trouble
+from .waits import wait_any
 
 log = logging.getLogger("echomq.consumer")
 
@@ -32,12 +34,16 @@ class Pending:
     token: int
     result: bytes
     fut: asyncio.Future[bool]
+    # Once the server refused it, it goes on its own: it never fails a batch again.
+    alone: bool = False
+    due: float = 0.0  # after an error: the loop time of its next try
+    backoff: Backoff | None = None  # its own pauses, from its first error
 
 
 class Outbox:
     """Completions on their way. ``send`` sends one batch (one verdict per item: True
-    counted, False stale); ``give_up(key)`` says, after an error, whether the item's
-    lease has surely run out, so that it is given up (the job is the reaper's)."""
+    counted, False stale); ``give_up(key)`` says, after an error, whether the item is to
+    be given up (a lease after its first error: the job is the reaper's)."""
 
     def __init__(self, send: Send, give_up: Callable[[Key], bool]) -> None:
         self.send = send
@@ -61,47 +67,72 @@ class Outbox:
     async def flush_forever(self) -> None:
         """Send the completions in batches, for as long as the consumer runs.
 
-        A batch that errs is sent again (complete is idempotent for its own token, so the
-        jobs it did complete report True again); after a server error (not a broken
-        connection) each item goes alone, so one bad item cannot hold the others back.
-        Meanwhile the lease keeper renews the stuck jobs' leases; an item whose lease
-        could not be renewed for ``lease_ms`` is given up: the job is the reaper's, and
-        the completion would be stale anyway."""
-        backoff = Backoff(first=0.1)
+        A completion that errs is sent again after a pause of its own (complete is
+        idempotent for its own token, so a job it did complete reports True again), and
+        the ones that come meanwhile go out as they come: one that keeps failing holds no
+        other back. After a server error (not a broken connection) each item of the batch
+        is sent again at once on its own, and one the server refused stays on its own.
+        The lease keeper renews a stuck job's lease meanwhile; a completion still failing
+        a lease after its first error is given up: the job is the reaper's."""
+        loop = asyncio.get_running_loop()
         trouble = Trouble("complete")
+        waiting: list[Pending] = []  # erred: each waits for its ``due`` time
         while True:
-            await self._ready.wait()
+            if waiting:
+                await wait_any(min(d.due for d in waiting) - loop.time(), self._ready)
+            else:
+                await self._ready.wait()
             self._ready.clear()
-            items, self._items = self._items, []
-            alone = False
-            while items:
-                outcome = await (self._send_alone(items) if alone else self._send_batch(items))
-                left = []
-                for d, verdict in zip(items, outcome, strict=True):
-                    if d.fut.done():
-                        continue
-                    if isinstance(verdict, BaseException):
-                        trouble.note(verdict)
-                        alone = alone or not isinstance(verdict, TRANSIENT)
-                        if self.give_up((d.job_id, d.token)):
-                            log.warning(
-                                "job %s: completion not through within its lease;"
-                                " left to the reaper",
-                                d.job_id,
-                            )
-                            d.fut.set_result(False)
-                        else:
-                            left.append(d)
-                    else:
-                        d.fut.set_result(bool(verdict))
-                items = left
-                if items:
-                    await backoff.sleep()
-                else:
-                    backoff.reset()
-                    trouble.ok()
+            now = loop.time()
+            items = [d for d in waiting if d.due <= now]
+            waiting = [d for d in waiting if d.due > now]
+            items.extend(self._items)
+            self._items = []
+            # One draw for the round: items that failed together are retried together.
+            draw = random.random()
+            erred = False
+            for d, verdict in await self._send(items):
+                if d.fut.done():
+                    continue
+                if not isinstance(verdict, BaseException):
+                    d.fut.set_result(bool(verdict))
+                    continue
+                erred = True
+                trouble.note(verdict)
+                d.alone = d.alone or not isinstance(verdict, TRANSIENT)
+                if self.give_up(key_for(d.job_id, d.token)):
+                    log.warning(
+                        "job %s: completion not through within a lease of its first error;"
+                        " left to the reaper",
+                        d.job_id,
+                    )
+                    d.fut.set_result(False)
+                    continue
+                if d.backoff is None:
+                    d.backoff = Backoff(first=0.1, jitter=False)
+                d.due = loop.time() + d.backoff.next_delay() * draw
+                waiting.append(d)
+            if not erred and not waiting:
+                trouble.ok()
+
+    async def _send(self, items: list[Pending]) -> list[tuple[Pending, bool | BaseException]]:
+        """One round: the items in one batch, but those the server refused before each on
+        its own; a batch the server refuses is sent again at once, each item on its own."""
+        batch = [d for d in items if not d.alone]
+        alone = [d for d in items if d.alone]
+        if alone:
+            together, apart = await asyncio.gather(self._send_batch(batch), self._send_alone(alone))
+        else:  # the usual round: no task for a gather
+            together, apart = await self._send_batch(batch), []
+        if len(batch) > 1 and any(
+            isinstance(v, BaseException) and not isinstance(v, TRANSIENT) for v in together
+        ):
+            together = await self._send_alone(batch)
+        return [*zip(batch, together, strict=True), *zip(alone, apart, strict=True)]
 
     async def _send_batch(self, items: list[Pending]) -> list[bool | BaseException]:
+        if not items:
+            return []
         try:
             return list(await self.send([(d.job_id, d.token, d.result) for d in items]))
         except Exception as e:  # noqa: BLE001 - retried by the caller

@@ -2,10 +2,10 @@
 the hand-backs of jobs the consumer will not run (suspects beyond the first of a batch,
 jobs a lost claim answer leased to it), and the consumer's counts of them.
 
-A transition that meets an error is retried with backoff within the job's lease (the
-lease keeper renews the lease of a stuck outcome meanwhile); once the lease has surely
-run out the job is the reaper's, and the outcome is given up (a late call would only be
-stale, which the fencing token makes safe).
+A transition that meets an error is retried with backoff for a lease from its first
+error (the lease keeper renews the lease of a stuck outcome meanwhile); then it is given
+up and the job is the reaper's (a late call would only be stale, which the fencing token
+makes safe).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ class Outcomes:
         )
 
     def give_up(self, key: Key) -> bool:
-        """Note that ``key``'s outcome met an error; True once its lease has surely run out
-        (no renewal for ``lease_ms``): the job is the reaper's, and a late call would only
-        be stale."""
+        """Note that ``key``'s outcome met an error; True once ``lease_ms`` has passed since
+        its first error, renewals or not: the job is the reaper's, and a late call would
+        only be stale."""
         return self.tracker.give_up(key, asyncio.get_running_loop().time(), self.lease_ms / 1000)
 
     async def _within_lease(

@@ -6,6 +6,13 @@ client's connection closed, as when a network path or a proxy dies between the t
 client sees ``ConnectionError`` for a command the server applied: what redis-py then does
 (it re-sends the command on a new connection, 10 times at most in 8.1) is the test's
 subject. Everything else is forwarded untouched.
+
+Armed with ``refuse`` markers instead, every command whose bytes carry all of them is
+answered by the proxy with ``refusal`` (an ``OOM`` error) and never reaches the server, as
+long as it stays armed: one transition that keeps failing while the rest go through.
+It answers at once, so it suits a command sent alone on its connection (redis-py sends one
+at a time on a pooled connection, a pipeline of one script call included), not one behind
+others still awaiting their replies.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ class Arm:
     marker: bytes = b""
     seen: int = 0  # commands carrying the marker, forwarded
     dropped: int = 0  # replies thrown away
+    refuse: tuple[bytes, ...] = ()  # a command carrying all of these is refused, every time
+    refusal: bytes = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+    refused: int = 0  # commands answered with the refusal
 
 
 @dataclass
@@ -64,6 +74,11 @@ class ReplyDropper:
 
         async def client_to_server() -> None:
             while data := await reader.read(65536):
+                if self.arm.refuse and all(m in data for m in self.arm.refuse):
+                    self.arm.refused += 1
+                    writer.write(self.arm.refusal)
+                    await writer.drain()
+                    continue
                 if self.arm.marker and self.arm.marker in data:
                     self.arm.seen += 1
                     self.arm.marker = b""  # exactly one

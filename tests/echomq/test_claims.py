@@ -21,6 +21,7 @@ from echomq.claims import (
     ClaimState,
     ClaimTracker,
     IllegalTransition,
+    Key,
     key_of,
     split_suspects,
 )
@@ -59,7 +60,7 @@ def test_the_same_job_under_a_new_token_is_another_claim() -> None:
     assert old.state is LOST and new.state is READY and not t.is_lost(key_of(new.claim))
 
 
-def test_a_stuck_outcome_is_given_up_a_lease_after_its_first_error_or_last_renewal() -> None:
+def test_a_stuck_outcome_is_given_up_a_lease_after_its_first_error() -> None:
     t = ClaimTracker()
     r = t.hold(claim("J"))
     t.finish(key_of(r.claim))
@@ -67,15 +68,14 @@ def test_a_stuck_outcome_is_given_up_a_lease_after_its_first_error_or_last_renew
     assert r.state is STUCK and r.give_up_at == 12.0
     assert t.renewable() == [r]  # the lease keeper renews a stuck outcome's lease
     assert not t.give_up(key_of(r.claim), now=11.9, lease_s=2.0)  # the first error counts
-    t.renewed(r, until=14.0)
-    assert not t.give_up(key_of(r.claim), now=13.0, lease_s=2.0)
-    assert t.give_up(key_of(r.claim), now=14.0, lease_s=2.0)
+    assert r.give_up_at == 12.0  # later errors do not move it, nor do renewals
+    assert t.give_up(key_of(r.claim), now=12.0, lease_s=2.0)
     t.settled(key_of(r.claim))
     assert r.state is FINISHING and r.give_up_at is None
 
 
 def test_an_outcome_of_a_claim_no_longer_held_is_given_up_at_once() -> None:
-    assert ClaimTracker().give_up(("J", 1), now=0.0, lease_s=10.0)
+    assert ClaimTracker().give_up(("J", 1, ""), now=0.0, lease_s=10.0)
 
 
 def test_a_lost_claim_stays_lost() -> None:
@@ -87,13 +87,6 @@ def test_a_lost_claim_stays_lost() -> None:
     assert t.renewable() == [r]
     with pytest.raises(IllegalTransition, match="lost -> running"):
         t.start(key_of(r.claim), 0.0, None)  # type: ignore[arg-type]
-
-
-def test_renewed_only_moves_a_stuck_deadline() -> None:
-    t = ClaimTracker()
-    r = t.hold(claim("J"))
-    t.renewed(r, until=99.0)
-    assert r.give_up_at is None
 
 
 @pytest.mark.parametrize("state", list(ClaimState))
@@ -141,18 +134,18 @@ class TrackerMachine(RuleBasedStateMachine):
         self.t = ClaimTracker()
         self.loop = asyncio.new_event_loop()
         self.next = 0
-        self.history: dict[tuple[str, int], list[ClaimState]] = {}
+        self.history: dict[Key, list[ClaimState]] = {}
 
     def teardown(self) -> None:
         self.loop.close()
 
-    def _note(self, key: tuple[str, int]) -> None:
+    def _note(self, key: Key) -> None:
         record = self.t.get(key)
         if record is not None and self.history[key][-1] is not record.state:
             self.history[key].append(record.state)
 
     @rule(target=keys)
-    def hold(self) -> tuple[str, int]:
+    def hold(self) -> Key:
         self.next += 1
         c = claim(f"J{self.next}", self.next)
         self.t.hold(c)
@@ -160,7 +153,7 @@ class TrackerMachine(RuleBasedStateMachine):
         return key_of(c)
 
     @rule(key=keys)
-    def start(self, key: tuple[str, int]) -> None:
+    def start(self, key: Key) -> None:
         record = self.t.get(key)
         if record is None or record.state is not READY:
             with pytest.raises((IllegalTransition, KeyError)):
@@ -170,27 +163,27 @@ class TrackerMachine(RuleBasedStateMachine):
         self._note(key)
 
     @rule(key=keys)
-    def finish(self, key: tuple[str, int]) -> None:
+    def finish(self, key: Key) -> None:
         self.t.finish(key)
         self._note(key)
 
     @rule(key=keys)
-    def lose(self, key: tuple[str, int]) -> None:
+    def lose(self, key: Key) -> None:
         self.t.lose(key)
         self._note(key)
 
     @rule(key=keys, now=st.floats(0, 100))
-    def give_up(self, key: tuple[str, int], now: float) -> None:
+    def give_up(self, key: Key, now: float) -> None:
         self.t.give_up(key, now, 1.0)
         self._note(key)
 
     @rule(key=keys)
-    def settled(self, key: tuple[str, int]) -> None:
+    def settled(self, key: Key) -> None:
         self.t.settled(key)
         self._note(key)
 
     @rule(key=keys)
-    def forget(self, key: tuple[str, int]) -> None:
+    def forget(self, key: Key) -> None:
         self.t.forget(key)
 
     @invariant()
