@@ -169,6 +169,7 @@ def up_env(opts: Options, crowd: bool | None = None) -> dict[str, str]:
         "CODEMOJEX_PLAYER_RATE": "0",
         "CODEMOJEX_SOCKETS_PER_PROCESS": "0",
         "CODEMOJEX_SOCKETS_PER_ADDRESS": "0",
+        "CODEMOJEX_CONNECTIONS_PER_ADDRESS": "0",
     }
 
 

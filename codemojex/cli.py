@@ -163,8 +163,13 @@ def _web(args: argparse.Namespace) -> int:
     import uvicorn
 
     from web.app import create_app
+    from web.connections import plan_connections
     from web.server import server_config
 
+    # The open-files limit raised for the sockets, or the caps cut to it: one address
+    # must never hold every descriptor, or the process stops accepting anyone.
+    plan = plan_connections(config.sockets_per_process, config.connections_per_address)
+    config = config.with_(sockets_per_process=plan.sockets_per_process)
     server = uvicorn.Server(
         server_config(
             create_app(config),
@@ -174,6 +179,8 @@ def _web(args: argparse.Namespace) -> int:
             access_log=access_log,
             log_level=args.log_level,
             forwarded_allow_ips=config.forwarded_allow_ips,
+            connections_per_process=plan.per_process,
+            connections_per_address=plan.per_address,
         )
     )
     if config.web_processes > 1:

@@ -222,6 +222,11 @@ class Config:
     # holds the most. The events resumes read are charged across connections: a player
     # may read 3 x replay_max_events a minute, an address 10 x (burst included).
     sockets_per_address: int = setting(1_000)
+    # TCP connections one client address (the TCP peer; an IPv6 /64) may hold open at a
+    # web process, websockets included (0 = off); more are closed at accept. A proxy named
+    # in forwarded_allow_ips is not capped as one address. Cut to half of what the
+    # open-files limit allows, with a log line (web.connections.plan_connections).
+    connections_per_address: int = setting(2_000, minimum=0)
     replays_per_minute: int = setting(60)
     appendfsync: str = setting(
         "always",

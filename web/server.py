@@ -14,6 +14,10 @@ Frames are capped by the protocol at :data:`WS_MAX_FRAME_BYTES` (closed 1009 bef
 are buffered); the app's own check (``web.ws``) refuses text over the contract's 16 KiB
 body cap below that, also with 1009.
 
+Connections: each request head must arrive within :data:`web.connections.HEAD_TIMEOUT_S`
+(idle keep-alive connections close after :data:`KEEP_ALIVE_S`), and a process caps its
+connections in all and per client address at accept (:mod:`web.connections`).
+
 Logs never carry credentials: uvicorn logs every websocket accept and refusal with the
 full path, query string included (``/ws?token=…``), so its loggers get
 :class:`RedactCredentials`.
@@ -27,12 +31,18 @@ from typing import Any
 import uvicorn
 
 from codemojex.logs import RedactCredentials
+from web.connections import (
+    HEAD_TIMEOUT_S,
+    ConnectionGuard,
+    GuardedConfig,
+    GuardedFrames,
+    http_protocol,
+)
 from web.errors import MAX_BODY_BYTES
-from web.frames import FramesProtocol
 
 # uvicorn's "websockets-sansio" (its "websockets" is websockets.legacy: deprecated), plus
-# the frames extension.
-WS_IMPL = FramesProtocol
+# the frames extension, releasing its place in the connection count when it closes.
+WS_IMPL = GuardedFrames
 WS_MAX_FRAME_BYTES = 4 * MAX_BODY_BYTES
 # Protocol pings find dead peers; what keeps a quiet socket open through proxies is the
 # hub's ping message after 20 idle seconds (web.hub). Each protocol ping wakes its peer,
@@ -41,6 +51,7 @@ WS_MAX_FRAME_BYTES = 4 * MAX_BODY_BYTES
 WS_PING_INTERVAL_S = 60.0
 WS_PING_TIMEOUT_S = 20.0
 GRACEFUL_SHUTDOWN_S = 5
+KEEP_ALIVE_S = 5
 
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
@@ -62,6 +73,9 @@ def server_config(
     access_log: bool = False,
     graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
     forwarded_allow_ips: str = "",
+    connections_per_process: int = 0,
+    connections_per_address: int = 0,
+    head_timeout_s: float = HEAD_TIMEOUT_S,
     **overrides: Any,
 ) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the production settings, wherever it runs.
@@ -74,12 +88,18 @@ def server_config(
 
     ``overrides`` exist for what legitimately differs between callers (a socket to bind,
     say); the websocket limits and the proxy trust are not among them.
+
+    ``connections_per_process``/``connections_per_address`` (0 = no cap): connections
+    past them are closed at accept, the address being the TCP peer (a proxy named in
+    ``forwarded_allow_ips`` is not capped as one address); ``head_timeout_s``: how long a
+    connection has to send each request head (:func:`web.connections.plan_connections`
+    sizes the caps to the open-files limit).
     """
-    for fixed in ("ws", "ws_max_size", "ws_per_message_deflate", "proxy_headers"):
+    for fixed in ("ws", "ws_max_size", "ws_per_message_deflate", "proxy_headers", "http"):
         if fixed in overrides:
             raise ValueError(f"{fixed} is fixed by web.server, not per caller")
     install_log_redaction()
-    return uvicorn.Config(
+    config = GuardedConfig(
         app,
         host=host,
         port=port,
@@ -88,9 +108,10 @@ def server_config(
         ws_per_message_deflate=False,
         ws_ping_interval=WS_PING_INTERVAL_S,
         ws_ping_timeout=WS_PING_TIMEOUT_S,
-        # "auto" takes httptools and uvloop, both dependencies: C parsing and a libuv loop.
-        http="auto",
+        # uvicorn's "auto" protocol (httptools, a dependency: C parsing), guarded; uvloop.
+        http=http_protocol(),
         loop="auto",
+        timeout_keep_alive=KEEP_ALIVE_S,
         proxy_headers=bool(forwarded_allow_ips),
         forwarded_allow_ips=forwarded_allow_ips or None,
         lifespan="on",
@@ -100,3 +121,10 @@ def server_config(
         timeout_graceful_shutdown=graceful_shutdown_s,
         **overrides,
     )
+    config.connection_guard = ConnectionGuard(
+        per_process=connections_per_process,
+        per_address=connections_per_address,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
+    config.head_timeout_s = head_timeout_s
+    return config
