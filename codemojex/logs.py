@@ -8,6 +8,8 @@ No credential reaches a log line, in either format, at any level, whatever logge
 the one handler :func:`configure` installs carries :class:`RedactCredentials` (message,
 traceback and stack) and its formatters run :func:`redact` over what they print. A
 credential is recognised by where it travels, not by what it looks like (see :func:`redact`).
+No round's secret either: the SQL drivers, whose lines carry statements' parameters, log
+at WARNING whatever the level.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ CONTEXT_FIELDS = ("job_id", "worker_id", "player_id", "round_id")
 TEXT_FORMAT = "%(asctime)s %(levelname).1s %(name)s[%(process)d] %(message)s"
 
 REDACTED = "…"
+# The SQL drivers log each statement with its parameters (SQLAlchemy's engine at INFO,
+# aiosqlite each call at DEBUG), and a round's INSERT carries its secret: they stay at
+# WARNING whatever the level asked for.
+SQL_LOGGERS = ("sqlalchemy", "aiosqlite", "asyncpg")
 
 # A query parameter (``?token=…``, ``&admin_token=…``): any name=value after ?, &, ; or a
 # space or quote; whether it is a credential is decided on the decoded name (_secret_name).
@@ -144,7 +150,8 @@ class _RedactingText(logging.Formatter):
 
 
 def configure(level: str, fmt: LogFormat = "text") -> None:
-    """The root logger to stderr, at ``level``, in ``fmt``; noisy libraries at WARNING."""
+    """The root logger to stderr, at ``level``, in ``fmt``; noisy libraries and the SQL
+    drivers (:data:`SQL_LOGGERS`: their lines carry the round's secret) at WARNING."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RedactCredentials())
     handler.setFormatter(
@@ -153,5 +160,5 @@ def configure(level: str, fmt: LogFormat = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "alembic.runtime.plugins"):
+    for noisy in ("httpx", "httpcore", "alembic.runtime.plugins", *SQL_LOGGERS):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
