@@ -181,6 +181,7 @@ def _web(args: argparse.Namespace) -> int:
             forwarded_allow_ips=config.forwarded_allow_ips,
             connections_per_process=plan.per_process,
             connections_per_address=plan.per_address,
+            headers=_run_header(),
         )
     )
     if config.web_processes > 1:
@@ -194,6 +195,14 @@ def _web(args: argparse.Namespace) -> int:
     else:
         server.run()
     return 0 if server.started else 1
+
+
+def _run_header() -> list[tuple[str, str]]:
+    """Under ``up``, the header that tells its health check this server is its own."""
+    from codemojex.supervisor import RUN_ENV, RUN_HEADER
+
+    nonce = os.environ.get(RUN_ENV)
+    return [(RUN_HEADER, nonce)] if nonce else []
 
 
 def _private_files(config: Config, *, admin_token: bool = False) -> None:
@@ -310,6 +319,7 @@ def _up(args: argparse.Namespace) -> int:
     os.umask(0o077)
     with _exclusive(config.data_dir):
         try:
+            _port_free(config.host, config.port)
             if config.valkey_url:
                 _check_external(config.valkey_url)
             else:
@@ -342,6 +352,24 @@ def _up(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             if valkey is not None:
                 valkey.stop()
+
+
+def _port_free(host: str, port: int) -> None:
+    """Fail before anything starts when another server listens on ``host:port``: its
+    answers would otherwise pass for our web server's."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:
+        raise Fatal(
+            f"port {port} on {host} is taken ({e.strerror or e}): stop what listens "
+            "there or choose another --port",
+            1,
+        ) from None
 
 
 def redact(url: str) -> str:
@@ -441,6 +469,7 @@ def _supervise(
         health_url=f"{base}/healthz",
         on_ready=lambda sup: _banner(config, base, sup.supervisor_id, valkey is not None),
         embedded=valkey,
+        run_nonce=secrets.token_urlsafe(12),
     )
     code = asyncio.run(supervisor.run())
     if supervisor.failure:

@@ -60,6 +60,12 @@ SAME_SIGNAL_S = 0.5
 ZYGOTE_RETRY_S = 30.0  # after the fork server failed to start, spawn directly this long
 
 
+# The header every web child of one `up` answers with the run's nonce (web.server):
+# a /healthz answered without it is another server's, on a port that is not ours.
+RUN_HEADER = "x-codemojex-run"
+RUN_ENV = "CODEMOJEX_UP_RUN"
+
+
 class StartupFailed(Exception):
     """The web server died or never answered ``/healthz`` while ``up`` was starting."""
 
@@ -106,8 +112,11 @@ class Supervisor:
     ``worker_argv``/``web_argv`` are full command lines; each worker also gets its id in
     ``CODEMOJEX_WORKER_ID`` and, with ``worker_metrics_port``, its own metrics port in
     ``CODEMOJEX_METRICS_PORT``. ``health_url`` is polled at start; ``on_ready`` runs once it
-    answers 200 (the banner). ``web_argv=None`` runs workers only; ``web_processes`` web
-    children share one port (``SO_REUSEPORT``, set up by ``codemojex web`` itself).
+    answers 200 (the banner) from one of our own web children: with ``run_nonce``, the web
+    children get it in ``CODEMOJEX_UP_RUN`` and an answer must carry it in
+    :data:`RUN_HEADER`, else another server holds the port and the start fails.
+    ``web_argv=None`` runs workers only; ``web_processes`` web children share one port
+    (``SO_REUSEPORT``, set up by ``codemojex web`` itself).
     """
 
     def __init__(
@@ -126,12 +135,14 @@ class Supervisor:
         restart_delay: float = RESTART_DELAY_S,
         stop_timeout: float = STOP_TIMEOUT_S,
         fork_server: bool = True,
+        run_nonce: str | None = None,
     ) -> None:
         self.supervisor_id = echomq.branded("SUP")
         self.valkey_url = valkey_url
         self.env = dict(env)
         self.worker_argv = list(worker_argv)
         self.web_argv = list(web_argv) if web_argv is not None else None
+        self.run_nonce = run_nonce
         self.web_processes = web_processes
         self.worker_metrics_port = worker_metrics_port
         self.initial_workers = workers
@@ -214,7 +225,8 @@ class Supervisor:
 
     def _start_web(self) -> None:
         assert self.web_argv is not None
-        child = Child("web", self._spawn(self.web_argv, self.env))
+        env = self.env if self.run_nonce is None else {**self.env, RUN_ENV: self.run_nonce}
+        child = Child("web", self._spawn(self.web_argv, env))
         self.children.append(child)
         log.info("started %s", child.name)
 
@@ -340,8 +352,16 @@ class Supervisor:
             async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
                 while True:
                     with contextlib.suppress(httpx.HTTPError):
-                        if (await http.get(self.health_url)).status_code == 200:
+                        answer = await http.get(self.health_url)
+                        if answer.status_code == 200 and self._ours(answer):
                             break
+                        if answer.status_code == 200:
+                            self.failure = (
+                                f"another server answers {self.health_url}, not this "
+                                "up's web server: is the port taken?"
+                            )
+                            self.stop()
+                            return
                     if time.monotonic() > deadline:
                         self.failure = (
                             f"the web server did not answer {self.health_url} "
@@ -354,9 +374,14 @@ class Supervisor:
         if self.on_ready is not None:
             self.on_ready(self)
 
+    def _ours(self, answer: httpx.Response) -> bool:
+        return self.run_nonce is None or answer.headers.get(RUN_HEADER) == self.run_nonce
+
     async def _beat(self) -> None:
         host = socket.gethostname()
-        while True:
+        # Until the stop, not only until cancelled: redis-py can turn a cancellation that
+        # lands mid-command into a connection error, which the loop would outlive.
+        while not self._stopping.is_set():
             try:
                 await control.beat_supervisor(self._redis(), self.supervisor_id, os.getpid(), host)
             except echomq.TRANSIENT as e:
@@ -368,7 +393,7 @@ class Supervisor:
         conn = echomq.connect(self.valkey_url, socket_timeout=None, socket_connect_timeout=2)
         key = control.spawn_key(self.supervisor_id)
         try:
-            while True:
+            while not self._stopping.is_set():  # as _beat: a cancellation may be swallowed
                 try:
                     item = await conn.blpop([key], timeout=1)
                 except echomq.TRANSIENT as e:
