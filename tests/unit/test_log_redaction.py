@@ -94,3 +94,20 @@ def test_the_handler_filter_redacts_message_traceback_and_stack_of_any_logger(fm
     if fmt == "json":
         records = [orjson.loads(line) for line in text.splitlines()]
         assert "exc" in records[1] and "ValueError" in records[1]["exc"]
+
+
+@pytest.mark.parametrize("level", ["debug", "info"])
+def test_the_sql_drivers_stay_at_warning_whatever_the_level(level: str) -> None:
+    # Their lines carry statements' parameters: a round's INSERT carries its secret.
+    from codemojex.logs import SQL_LOGGERS, configure
+
+    root = logging.getLogger()
+    handlers, root_level = root.handlers[:], root.level
+    try:
+        configure(level)
+        for name in (*SQL_LOGGERS, "sqlalchemy.engine.Engine", "aiosqlite"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+        assert logging.getLogger("codemojex").isEnabledFor(logging.getLevelName(level.upper()))
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(root_level)
