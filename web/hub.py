@@ -358,7 +358,7 @@ class Hub:
             return None
         sent = self._progress_sent.get(round_id)
         if sent is not None and not r.changed:
-            return Outgoing(sent)
+            return Outgoing(sent, topic=progress_topic(round_id))
         return await self._progress_out(round_id, r)  # newer than what the others have
 
     async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
@@ -557,7 +557,8 @@ class Hub:
                 "guesses": r.guesses,
                 "solved": r.solved,
                 "players": [p.row(pid, names[pid]) for pid, p in leaders],
-            }
+            },
+            topic=progress_topic(round_id),
         )
 
     async def _names_of(self, player_ids: Sequence[str]) -> dict[str, str]:
@@ -585,6 +586,11 @@ IPV6_GROUP_PREFIXES = (48, 56)
 
 
 @functools.lru_cache(maxsize=4096)
+def progress_topic(round_id: str) -> str:
+    """The topic of a round's progress messages: a newer one supersedes the older."""
+    return f"progress:{round_id}"
+
+
 def address_groups(address: str) -> tuple[str, ...]:
     """The groups an :func:`~codemojex.admission.address_key` belongs to, coarsest first,
     itself last: an IPv6 /64 as its /48, its /56 and itself; anything else as itself."""

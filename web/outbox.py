@@ -8,7 +8,9 @@ much memory and slows no one else. Until its greeting is sent, a socket's frames
 a short list, so that the round always comes first.
 
 Score messages carry their job id, so a socket sends each job's score at most once even
-where a replay and the live feed overlap.
+where a replay and the live feed overlap. A snapshot written during the greeting (a round's
+progress) drops the frames of its topic that waited since before it was taken, and any
+equal to it: the socket never gets the same progress twice, nor an older one after it.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ class Outgoing:
 
     frame: bytes
     job_id: str | None = None  # set on score messages, for the per-socket dedupe
+    topic: str | None = None  # set on whole-state messages (a round's progress)
 
     @classmethod
-    def of(cls, message: object, job_id: str | None = None) -> Outgoing:
-        return cls(text_frame(orjson.dumps(message)), job_id)
+    def of(cls, message: object, job_id: str | None = None, topic: str | None = None) -> Outgoing:
+        return cls(text_frame(orjson.dumps(message)), job_id, topic)
 
 
 class Connection:
@@ -62,7 +65,7 @@ class Connection:
         self.limit = limit
         self.evicted = False
         self.wrote_at = time.monotonic()
-        self._waiting: list[bytes] | None = []  # frames held until the greeting is sent
+        self._waiting: list[Outgoing] | None = []  # held until the greeting is sent
         self._sent: OrderedDict[str, None] | None = None  # made on the first score
 
     def offer(self, message: Outgoing) -> bool:
@@ -76,7 +79,7 @@ class Connection:
             if len(self._waiting) >= GREETING_BACKLOG:
                 self.evict()
                 return False
-            self._waiting.append(message.frame)
+            self._waiting.append(message)
             return True
         return self._write(message.frame)
 
@@ -84,11 +87,27 @@ class Connection:
         """Write during the greeting, ahead of whatever the hub has queued meanwhile."""
         return self.first_time(message.job_id) and self._write(message.frame)
 
+    def waiting_mark(self) -> int:
+        """Where the frames waiting for the greeting end now (see :meth:`send_snapshot`)."""
+        return len(self._waiting or ())
+
+    def send_snapshot(self, message: Outgoing, mark: int) -> bool:
+        """:meth:`send_now` for a whole-state message taken after :meth:`waiting_mark`
+        returned ``mark``: the waiting frames of its topic from before ``mark`` are older
+        than it, and those equal to it are already here, so neither is written."""
+        if self._waiting:
+            self._waiting = [
+                m
+                for i, m in enumerate(self._waiting)
+                if m.topic != message.topic or (i >= mark and m.frame != message.frame)
+            ]
+        return self.send_now(message)
+
     def greeted(self) -> None:
         """The greeting is out: write what waited for it, then write straight through."""
         waiting, self._waiting = self._waiting, None
-        for frame in waiting or ():
-            if not self._write(frame):
+        for message in waiting or ():
+            if not self._write(message.frame):
                 return
 
     def evict(self) -> None:

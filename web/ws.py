@@ -224,9 +224,10 @@ async def _greet(
         for item in replay or ():
             conn.send_now(item)
             await _drained(conn)
+    mark = conn.waiting_mark()  # what the flusher queued before the snapshot is older
     progress = await services.hub.progress_snapshot(info.round_id)
     if progress is not None:
-        conn.send_now(progress)
+        conn.send_snapshot(progress, mark)
 
 
 async def _drained(conn: Connection) -> None:

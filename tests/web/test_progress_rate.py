@@ -139,7 +139,8 @@ async def test_one_socket_gets_at_most_about_four_progress_messages_a_second(
     assert ours[-1]["playing"] == players, ours[-1]
     assert len(ours[-1]["players"]) == min(players, 20)
     frames = [orjson.dumps(m) for m in seen.progress(0, end)]
-    assert all(a != b for a, b in itertools.pairwise(frames)), "a progress with no change"
+    repeats = [(i, a) for i, (a, b) in enumerate(itertools.pairwise(frames)) if a == b]
+    assert not repeats, f"a progress with no change, after {len(frames)}: {repeats[:2]}"
     assert len(counted) <= BOUND, (
         f"{len(counted)} progress messages in {WINDOW_S} s on one socket "
         f"(the contract: about {CONTRACT_PER_S} a second, at most {BOUND} here)"
