@@ -205,8 +205,7 @@ class Jobs:
         replies = await self._q.runner.run_many(calls)
         verdicts = iter([bool(int(v)) for reply in replies for v in reply])
         return [
-            next(verdicts) if checks.token_in_range(t) is not None else False
-            for _, t, _ in checked
+            next(verdicts) if checks.token_in_range(t) is not None else False for _, t, _ in checked
         ]
 
     async def fail(

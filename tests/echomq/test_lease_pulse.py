@@ -44,7 +44,10 @@ async def test_a_one_second_lease_is_not_reaped_across_a_short_freeze(tmp_path: 
 
             async def sweep() -> list[str]:
                 got = await rq.stalled.sweep(
-                    "R", o.reap_lock_ms, o.lapse_ms, margin_ms=o.reap_interval_ms,
+                    "R",
+                    o.reap_lock_ms,
+                    o.lapse_ms,
+                    margin_ms=o.reap_interval_ms,
                     gap_ms=o.pulse_gap_ms,
                 )
                 return got.moved

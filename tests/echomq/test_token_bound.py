@@ -22,9 +22,9 @@ async def test_an_enqueue_at_the_limit_is_refused_beside_normal_jobs(q: echomq.Q
     assert stats["pending"] == 3 and stats["counters"]["enqueued"] == 3
     batch = await q.jobs.claim_many("w", 10_000, 10)
     assert sorted(c.job_id for c in batch.claims) == sorted(normal)
-    assert await q.jobs.complete_many([(c.job_id, c.token, None) for c in batch.claims]) == [
-        True
-    ] * 3
+    assert (
+        await q.jobs.complete_many([(c.job_id, c.token, None) for c in batch.claims]) == [True] * 3
+    )
 
 
 async def test_the_last_token_is_handed_out_once(q: echomq.Queue) -> None:

@@ -68,7 +68,9 @@ async def test_a_poison_job_is_failed_and_the_rest_drain(fast: echomq.Queue, sta
 
     async def settled() -> bool:
         info = await fast.jobs.get(poison)
-        return (await fast.stats())["completed"] == 300 and info is not None and info.state == "dead"
+        return (
+            (await fast.stats())["completed"] == 300 and info is not None and info.state == "dead"
+        )
 
     await _until(settled, 15)
     info = await fast.jobs.get(poison)
@@ -79,9 +81,7 @@ async def test_a_poison_job_is_failed_and_the_rest_drain(fast: echomq.Queue, sta
     assert not any(c.waiting for c in consumers)
 
 
-async def test_the_job_that_began_a_wait_is_not_its_probe(
-    fast: echomq.Queue, start: Start
-) -> None:
+async def test_the_job_that_began_a_wait_is_not_its_probe(fast: echomq.Queue, start: Start) -> None:
     """While other jobs wait, a consumer's probe is one of them, never the job whose
     hand-back began the wait: its lane, empty again after each hand-back, is first in fair
     order every time, ahead of the other jobs' lane."""
