@@ -170,6 +170,8 @@ def up_env(opts: Options, crowd: bool | None = None) -> dict[str, str]:
         "CODEMOJEX_SOCKETS_PER_PROCESS": "0",
         "CODEMOJEX_SOCKETS_PER_ADDRESS": "0",
         "CODEMOJEX_CONNECTIONS_PER_ADDRESS": "0",
+        # the watchers' handshakes count at the door beside the load's guesses
+        "CODEMOJEX_ADDRESS_IN_FLIGHT": "0",
     }
 
 

@@ -172,7 +172,7 @@ class Config:
     # door_in_flight at once (0 = no door); the rest wait, lightest senders first, at most
     # door_wait_ms, and are shed with 503 overloaded, heaviest senders first. One client
     # address (an IPv6 address's /64) has at most address_in_flight requests at the door,
-    # working or waiting (0 = off). Behind a proxy, only with forwarded_allow_ips set is
+    # working or waiting, whatever their path (pages, health, socket handshakes too; 0 = off). Behind a proxy, only with forwarded_allow_ips set is
     # that the player's address and not the proxy's.
     door_in_flight: int = setting(
         16,
@@ -192,8 +192,8 @@ class Config:
     )
     address_in_flight: int = setting(
         64,
-        help="API requests one client address (an IPv6 /64) may have at a web process, "
-        "working or waiting",
+        help="requests one client address (an IPv6 /64) may have at a web process, "
+        "working or waiting (any path, socket handshakes included)",
         zero="off",
         minimum=0,
         checked_with="door_in_flight",
