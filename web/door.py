@@ -94,6 +94,7 @@ log = logging.getLogger("codemojex.web")
 __all__ = [
     "BODY_TIMEOUT_S",
     "LIGHT_RATE",
+    "BodyDeadlines",
     "Door",
     "FlowRates",
     "Gate",
@@ -742,11 +743,21 @@ def _cross_site_simple(scope: Scope, allowed: tuple[str, ...]) -> bool:
     ``application/json`` body, and this server answers no preflight)."""
     if scope["method"] not in STATE_CHANGING:
         return False
-    headers = Headers(scope=scope)
-    if origin_allowed(headers, allowed):
+    # Most writes carry no Origin (not a browser) or a JSON body: one pass over the raw
+    # headers decides those without building a Headers.
+    origin = media = None
+    for name, value in scope["headers"]:
+        if name == b"origin":
+            origin = value
+        elif name == b"content-type":
+            media = value
+    if origin is None or media is not None and _is_json(media):
         return False
-    media = headers.get("content-type", "").partition(";")[0].strip().lower()
-    return media != "application/json"
+    return not origin_allowed(Headers(scope=scope), allowed)
+
+
+def _is_json(content_type: bytes) -> bool:
+    return content_type.partition(b";")[0].strip().lower() == b"application/json"
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -754,6 +765,49 @@ def _declared_length(scope: Scope) -> int | None:
         if name == b"content-length":
             return int(value) if value.isdigit() else None
     return None
+
+
+class BodyDeadlines:
+    """Cancels the requests still reading their body ``seconds`` after they began, on one
+    timer that ticks every ``tick`` seconds while any is reading: a request pays a dict
+    entry, where an ``asyncio.timeout`` of its own cost as much as the rest of the door.
+    A body is late between ``seconds`` and ``seconds + tick``."""
+
+    _LATE = -1.0  # a reader the timer cancelled
+
+    def __init__(self, seconds: float, tick: float = 0.25) -> None:
+        self.seconds = seconds
+        self.tick = tick
+        self._due: dict[asyncio.Task[Any], float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def read(self, receive: Receive) -> list[Message] | None:
+        """:func:`_arrived` within the deadline; :class:`TimeoutError` past it."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        self._due[task] = loop.time() + self.seconds
+        if self._timer is None:
+            self._timer = loop.call_later(self.tick, self._sweep, loop)
+        try:
+            return await _arrived(receive)
+        except asyncio.CancelledError:
+            if self._due.get(task) != self._LATE:
+                raise
+            task.uncancel()
+            raise TimeoutError from None
+        finally:
+            del self._due[task]
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        for task, due in self._due.items():
+            if 0 <= due <= now:
+                self._due[task] = self._LATE
+                task.cancel()
+        if self._due:
+            self._timer = loop.call_later(self.tick, self._sweep, loop)
 
 
 async def _arrived(receive: Receive) -> list[Message] | None:
@@ -805,6 +859,7 @@ class Door:
         self.peek = peek
         self.known = known
         self.allowed_origins = allowed_origins
+        self.deadlines = BodyDeadlines(BODY_TIMEOUT_S)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -828,8 +883,7 @@ class Door:
         declared = _declared_length(scope)
         if declared is None or declared <= MAX_BODY_BYTES:
             try:
-                async with asyncio.timeout(BODY_TIMEOUT_S):
-                    messages = await _arrived(receive)
+                messages = await self.deadlines.read(receive)
             except TimeoutError:
                 log.info("request body too slow: %s", scope["path"])
                 gate.counts["body_timeout"] += 1

@@ -8,6 +8,7 @@ import asyncio
 import math
 
 import pytest
+from starlette.types import Message
 
 from codemojex.admission import BucketMirror, address_key
 from web.door import (
@@ -18,6 +19,7 @@ from web.door import (
     MAX_WAITING,
     MIN_REFUSAL_S,
     RETRY_AFTER_S,
+    BodyDeadlines,
     FlowRates,
     Gate,
     Shed,
@@ -480,3 +482,25 @@ def test_only_authenticated_senders_move_the_light_threshold() -> None:
             asyncio.run(send("honest-2", True))
         asyncio.run(send(f"random-{tick}", False))
     assert gate.light_now == LIGHT_RATE
+
+
+async def test_a_body_deadline_times_out_a_late_body_and_passes_on_an_outside_cancel() -> None:
+    deadlines = BodyDeadlines(0.05, tick=0.01)
+    never = asyncio.Event()
+
+    async def stalled() -> Message:
+        await never.wait()
+        raise AssertionError("no body ever comes")
+
+    async def whole() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    assert await deadlines.read(whole) == [await whole()]
+    with pytest.raises(TimeoutError):
+        await deadlines.read(stalled)
+    reader = asyncio.create_task(deadlines.read(stalled))
+    await asyncio.sleep(0.01)
+    reader.cancel()  # a shutdown, a client gone: not a late body
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert not deadlines._due  # every reader's entry is gone
