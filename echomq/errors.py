@@ -101,7 +101,11 @@ class Unavailable(Exception):
     The job is handed back as with ``release``: no delivery spent, no failure counted. The
     consumer then claims nothing more until the dependency answers again: it probes with
     backoff (at most ``probe_max_ms`` apart) and resumes at the first probe that gets
-    through (see :class:`~echomq.Consumer`)."""
+    through (see :class:`~echomq.Consumer`).
+
+    A job that keeps raising it while other jobs complete is the trouble, not its
+    dependency: at :data:`echomq.outage.HAND_BACKS` such hand-backs it is failed like any
+    other failure (:class:`echomq.outage.HandedBackTooOften`)."""
 
     def __init__(self, reason: str = "a dependency is unavailable") -> None:
         super().__init__(reason)
