@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import random
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -70,6 +69,7 @@ from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_sec
 from codemojex.mash.ledger import percentile as pct
 from codemojex.store import SQLITE_FILENAME
 from tests.cli.running import Up, cmdline
+from tests.helpers import slow_request, sql_write_locked
 
 ROWS = "0:0,10:1,20:1,50:1,200:20,replay:5,0:0"
 REPLAY = -1  # a row's "mashers" for the replay loop (its "addresses": the loop's sockets)
@@ -621,37 +621,16 @@ async def costs(up: Up, honest: Honest, pid: int, n: int, door_slots: int) -> di
 
 
 async def _queue_refusals(up: Up, pid: int, idle: float, n: int, slots: int) -> dict[str, Any]:
-    with _sql_write_locked(up.data_dir / SQLITE_FILENAME):
+    with sql_write_locked(up.data_dir / SQLITE_FILENAME):
         return await _queue_refusals_held(up, pid, idle, n, slots)
-
-
-@contextlib.contextmanager
-def _sql_write_locked(path: Path) -> Any:
-    """SQLite's write lock, held here: the server's new players wait for it (a body that
-    never comes holds no slot: the door reads it first)."""
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        yield
-    finally:
-        db.execute("ROLLBACK")
-        db.close()
 
 
 async def _queue_refusals_held(up: Up, pid: int, idle: float, n: int, slots: int) -> dict[str, Any]:
     held = []
     # New players waiting for the SQL write lock, each holding a slot: twice the bound,
     # since light requests (these, at an honest pace) may hold that many.
-    body = b'{"name": "Held"}'
     for i in range(2 * slots):
-        _, writer = await asyncio.open_connection(
-            "127.0.0.1", up.port, local_addr=(f"127.0.0.{200 + i % 50}", 0)
-        )
-        writer.write(
-            b"POST /api/players HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+        _, writer = await slow_request(up.port, f"127.0.0.{200 + i % 50}")
         held.append(writer)
     await asyncio.sleep(0.3)
     statuses: Counter[int] = Counter()

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from redis.exceptions import MaxConnectionsError
 
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
-from tests.helpers import free_port
+from tests.helpers import free_port, slow_request, sql_write_locked
 from tests.web.conftest import SERVER_START_TIMEOUT_S, Served, assert_error, bearer, make_config
 from web.app import create_app
 from web.server import server_config
@@ -236,33 +235,6 @@ async def test_a_refusal_the_mirror_knows_sends_nothing_to_valkey(
         # Once the bucket has a token again, the guess is Valkey's to judge, and accepted.
         await asyncio.sleep(2.1)
         assert (await _guess(s, token, round_id, "k-4")).status_code == 202
-
-
-@contextlib.contextmanager
-def sql_write_locked(database_url: str) -> Iterator[None]:
-    """SQLite's write lock, held by the test: the app's writes wait for it (up to their
-    busy timeout), as behind a slow database."""
-    db = sqlite3.connect(database_url.partition(":///")[2], isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        yield
-    finally:
-        db.execute("ROLLBACK")
-        db.close()
-
-
-async def slow_request(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, Any]:
-    """A whole ``POST /api/players``: under :func:`sql_write_locked` it holds its place at
-    the door until the lock goes (a body that never comes holds none)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
-    body = b'{"name": "Slow"}'
-    writer.write(
-        b"POST /api/players HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
-    return reader, writer
 
 
 async def test_one_address_has_at_most_its_requests_in_flight(configure: Any) -> None:

@@ -21,8 +21,9 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
+from tests.helpers import slow_request, sql_write_locked
 from tests.web.conftest import make_config, of_type, recv_until
-from tests.web.test_door import serve, slow_request, sql_write_locked
+from tests.web.test_door import serve
 from web.door import MIN_REFUSAL_S
 
 pytestmark = pytest.mark.timeout(60)
