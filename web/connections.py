@@ -146,17 +146,28 @@ def _settings(config: uvicorn.Config) -> tuple[ConnectionGuard | None, float]:
 class _Ticket:
     """One connection's place in the guard's count and its head deadline."""
 
-    __slots__ = ("guard", "key", "timer")
+    __slots__ = ("delay", "guard", "key", "loop", "timer", "transport")
 
-    def __init__(self, guard: ConnectionGuard | None, key: str) -> None:
+    def __init__(
+        self,
+        guard: ConnectionGuard | None,
+        key: str,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        delay: float,
+    ) -> None:
         self.guard = guard
         self.key: str | None = key
+        self.transport = transport
+        self.loop = loop
+        self.delay = delay
         self.timer: asyncio.TimerHandle | None = None
 
-    def arm(self, loop: asyncio.AbstractEventLoop, delay: float, transport: Any) -> None:
+    def arm(self) -> None:
+        """The connection must complete a request head within ``delay`` from now."""
         self.disarm()
-        if delay > 0:
-            self.timer = loop.call_later(delay, _close, transport)
+        if self.delay > 0:
+            self.timer = self.loop.call_later(self.delay, _close, self.transport)
 
     def disarm(self) -> None:
         if self.timer is not None:
@@ -170,52 +181,53 @@ class _Ticket:
         self.key = None
 
 
-def _close(transport: Any) -> None:
+def _close(transport: asyncio.Transport) -> None:
     if not transport.is_closing():
         transport.close()
 
 
-def _admit(config: uvicorn.Config, transport: Any) -> _Ticket | None:
-    guard, _ = _settings(config)
-    if guard is None:
-        return _Ticket(None, "")
-    key = guard.admit(transport.get_extra_info("peername"))
-    if key is None:
-        transport.abort()
-        return None
-    return _Ticket(guard, key)
-
-
-def _hand_over(ticket: _Ticket | None, transport: Any) -> None:
-    """After a websocket upgrade: the socket's protocol now holds the connection's place."""
-    if ticket is None:
-        return
-    ticket.disarm()
-    protocol = transport.get_protocol()
-    if isinstance(protocol, GuardedFrames) and protocol.ticket is None:
-        protocol.ticket = _Ticket(ticket.guard, ticket.key or "")
-        ticket.key = None  # not released here: the websocket does it when it closes
-    else:
-        ticket.release()
-
-
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol, admitted by the guard, with a deadline on each request head."""
+class _Guarded(asyncio.Protocol):
+    """What both HTTP protocols get, mixed in before uvicorn's class: the guard's say at
+    accept, the head deadline from accept on, the connection's place handed to its
+    websocket after an upgrade."""
 
     ticket: _Ticket | None = None
+    config: uvicorn.Config
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self.ticket = _admit(self.config, transport)
-        if self.ticket is None:
-            return
+        guard, delay = _settings(self.config)
+        key = "" if guard is None else guard.admit(transport.get_extra_info("peername"))
+        if key is None:
+            transport.abort()
+            return  # refused at accept: uvicorn never sees it
+        self.ticket = _Ticket(guard, key, transport, self.loop, delay)
         super().connection_made(transport)
-        self.ticket.arm(self.loop, _settings(self.config)[1], transport)
+        self.ticket.arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.ticket is None:
-            return  # refused at accept: uvicorn never saw it
+            return
         self.ticket.release()
         super().connection_lost(exc)
+
+    def _hand_over(self) -> None:
+        """After a websocket upgrade: the socket's protocol now holds the connection's
+        place, and releases it when it closes."""
+        ticket, self.ticket = self.ticket, None
+        if ticket is None:
+            return
+        ticket.disarm()
+        protocol = self.transport.get_protocol()
+        if isinstance(protocol, GuardedFrames) and protocol.ticket is None:
+            protocol.ticket = ticket
+        else:
+            ticket.release()
+
+
+class GuardedH11(_Guarded, H11Protocol):
+    """uvicorn's h11 protocol, admitted by the guard, with a deadline on each request head."""
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -225,34 +237,19 @@ class GuardedH11(H11Protocol):
     def on_response_complete(self) -> None:
         # Armed first: the next cycle's handle_events disarms it if a head is buffered.
         if self.ticket is not None and not self.transport.is_closing():
-            self.ticket.arm(self.loop, _settings(self.config)[1], self.transport)
+            self.ticket.arm()
         super().on_response_complete()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         super().handle_websocket_upgrade(event)
-        _hand_over(self.ticket, self.transport)
+        self._hand_over()
 
 
 if HttpToolsProtocol is not None:
 
-    class GuardedHttpTools(HttpToolsProtocol):
+    class GuardedHttpTools(_Guarded, HttpToolsProtocol):
         """uvicorn's httptools protocol, admitted by the guard, with a deadline on each
         request head."""
-
-        ticket: _Ticket | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self.ticket = _admit(self.config, transport)
-            if self.ticket is None:
-                return
-            super().connection_made(transport)
-            self.ticket.arm(self.loop, _settings(self.config)[1], transport)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self.ticket is None:
-                return
-            self.ticket.release()
-            super().connection_lost(exc)
 
         def on_headers_complete(self) -> None:
             if self.ticket is not None:
@@ -264,11 +261,11 @@ if HttpToolsProtocol is not None:
             waiting = bool(self.pipeline)
             super().on_response_complete()
             if self.ticket is not None and not waiting and not self.transport.is_closing():
-                self.ticket.arm(self.loop, _settings(self.config)[1], self.transport)
+                self.ticket.arm()
 
         def handle_websocket_upgrade(self) -> None:
             super().handle_websocket_upgrade()
-            _hand_over(self.ticket, self.transport)
+            self._hand_over()
 
 else:  # pragma: no cover - httptools is a dependency
     GuardedHttpTools = None  # type: ignore[assignment, misc]
