@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -210,3 +211,85 @@ def wait_until(
             extra = f"\n{logs()}" if logs else ""
             raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+class WebProcess:
+    """One ``python -m codemojex web`` started by :func:`web_processes` (its output in
+    ``log``)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = log
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+W = TypeVar("W", bound=WebProcess)
+
+
+@contextlib.contextmanager
+def web_processes(
+    tmp_path: Path, kind: type[W], base_env: dict[str, str] | None = None
+) -> Iterator[Callable[..., W]]:
+    """``start(*flags, env={...}, prefix=[...])`` -> a ready ``codemojex web`` (a ``kind``)
+    on a fresh Valkey and a migrated SQLite file, its command run under ``prefix``
+    (``prlimit …``), with none of the caller's ``CODEMOJEX_*`` or uvicorn's
+    ``FORWARDED_ALLOW_IPS`` but ``base_env`` and ``env``; every one stopped (SIGTERM,
+    then SIGKILL) on exit."""
+    from codemojex.store import migrate
+    from echomq.server import EmbeddedValkey
+
+    valkey = EmbeddedValkey(tmp_path / "valkey")
+    valkey.start()
+    database = f"sqlite:///{tmp_path / 'codemojex.db'}"
+    migrate(database)
+    started: list[W] = []
+
+    def start(*flags: str, env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> W:
+        port = free_port()
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
+        clean.pop("FORWARDED_ALLOW_IPS", None)
+        log = tmp_path / f"web-{len(started)}.log"
+        argv = [
+            *prefix,
+            *(sys.executable, "-m", "codemojex", "web"),
+            *("--valkey-url", valkey.url, "--database-url", database),
+            *("--data-dir", str(tmp_path / "data"), "--port", str(port)),
+            *flags,
+        ]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**clean, **(base_env or {}), **(env or {})},
+                cwd=ROOT,
+            )
+        web = kind(proc, port, log)
+        started.append(web)
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"web exited {proc.returncode}\n{web.logs()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{web.base}/healthz", trust_env=False, timeout=2).status_code == 200:
+                    return web
+            if time.monotonic() > deadline:
+                raise AssertionError(f"web was not ready within 30 s\n{web.logs()}")
+            time.sleep(0.1)
+
+    try:
+        yield start
+    finally:
+        for web in started:
+            web.proc.terminate()
+            try:
+                web.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                web.proc.kill()
+                web.proc.wait(5)
+        valkey.stop()

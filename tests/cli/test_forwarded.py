@@ -10,21 +10,16 @@ is 2 and refills once in 100 s, so no token comes back during a test.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from codemojex.store import migrate
-from echomq.server import EmbeddedValkey
-from tests.cli.running import ROOT, Up, cmdline
-from tests.helpers import free_port
+from tests.cli.running import ROOT, Up, WebProcess, cmdline, web_processes
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +27,8 @@ BURST = 2
 LIMITS = {"CODEMOJEX_PLAYER_BURST": str(BURST), "CODEMOJEX_PLAYER_RATE": "0.01"}
 
 
-class Web:
+class Web(WebProcess):
     """One ``python -m codemojex web`` on a free port."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.proc = proc
-        self.base = f"http://127.0.0.1:{port}"
-        self.log = log
 
     def new_player(self, forwarded_for: str | None = None) -> int:
         """The status of ``POST /api/players``, over a fresh connection, as a proxy opens."""
@@ -53,64 +43,13 @@ class Web:
         assert r.status_code in (201, 429), r.text
         return r.status_code
 
-    def logs(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
 
 @pytest.fixture
 def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
-    """``start_web(*flags, env={...})`` -> a ready ``codemojex web`` on a fresh Valkey and a
-    migrated SQLite file; stopped (SIGTERM, then SIGKILL) at teardown."""
-    valkey = EmbeddedValkey(tmp_path / "valkey")
-    valkey.start()
-    database = f"sqlite:///{tmp_path / 'codemojex.db'}"
-    migrate(database)
-    started: list[Web] = []
-
-    def start(*flags: str, env: dict[str, str] | None = None) -> Web:
-        port = free_port()
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
-        clean.pop("FORWARDED_ALLOW_IPS", None)
-        log = tmp_path / f"web-{len(started)}.log"
-        argv = [
-            *(sys.executable, "-m", "codemojex", "web"),
-            *("--valkey-url", valkey.url, "--database-url", database),
-            *("--data-dir", str(tmp_path / "data"), "--port", str(port)),
-            *flags,
-        ]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**clean, **LIMITS, **(env or {})},
-                cwd=ROOT,
-            )
-        web = Web(proc, port, log)
-        started.append(web)
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"web exited {proc.returncode}\n{web.logs()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{web.base}/healthz", trust_env=False, timeout=2).status_code == 200:
-                    return web
-            if time.monotonic() > deadline:
-                raise AssertionError(f"web was not ready within 30 s\n{web.logs()}")
-            time.sleep(0.1)
-
-    try:
+    """``start_web(*flags, env={...})`` -> a ready ``codemojex web`` with the test's bucket
+    limits (:func:`tests.cli.running.web_processes`)."""
+    with web_processes(tmp_path, Web, LIMITS) as start:
         yield start
-    finally:
-        for web in started:
-            web.proc.terminate()
-            try:
-                web.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                web.proc.kill()
-                web.proc.wait(5)
-        valkey.stop()
 
 
 def test_a_trusted_proxy_gives_each_forwarded_address_its_own_new_player_bucket(

@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import websockets
 
-from codemojex.store import migrate
-from echomq.server import EmbeddedValkey
-from tests.cli.running import ROOT, wait_until
-from tests.helpers import free_port
+from tests.cli.running import WebProcess, wait_until, web_processes
 from web.connections import HEAD_TIMEOUT_S
 
 pytestmark = pytest.mark.slow
@@ -40,17 +34,8 @@ pytestmark = pytest.mark.slow
 OTHER_ADDRESS = "127.0.0.2"
 
 
-class Web:
-    """One ``codemojex web`` on a free port (its output in ``log``)."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.proc = proc
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-        self.log = log
-
-    def logs(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
+class Web(WebProcess):
+    """One ``codemojex web`` on a free port, and connections to it."""
 
     def connect(self, n: int, first_bytes: bytes = b"") -> list[socket.socket]:
         socks = []
@@ -101,55 +86,10 @@ def closed_by_server(s: socket.socket) -> bool:
 
 @pytest.fixture
 def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
-    """``start_web(env={...}, prefix=[...])`` -> a ready ``codemojex web`` on a fresh
-    Valkey and a migrated SQLite file, its command run under ``prefix`` (``prlimit …``)."""
-    valkey = EmbeddedValkey(tmp_path / "valkey")
-    valkey.start()
-    database = f"sqlite:///{tmp_path / 'codemojex.db'}"
-    migrate(database)
-    started: list[Web] = []
-
-    def start(env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> Web:
-        port = free_port()
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
-        log = tmp_path / f"web-{len(started)}.log"
-        argv = [
-            *prefix,
-            *(sys.executable, "-m", "codemojex", "web"),
-            *("--valkey-url", valkey.url, "--database-url", database),
-            *("--data-dir", str(tmp_path / "data"), "--port", str(port)),
-        ]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**clean, **(env or {})},
-                cwd=ROOT,
-            )
-        web = Web(proc, port, log)
-        started.append(web)
-        deadline = time.monotonic() + 30
-        while web.healthz_from("127.0.0.1", timeout=2) != 200:
-            if proc.poll() is not None:
-                raise AssertionError(f"web exited {proc.returncode}\n{web.logs()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"web was not ready within 30 s\n{web.logs()}")
-            time.sleep(0.1)
-        return web
-
-    try:
+    """``start_web(env={...}, prefix=[...])`` -> a ready ``codemojex web``
+    (:func:`tests.cli.running.web_processes`)."""
+    with web_processes(tmp_path, Web) as start:
         yield start
-    finally:
-        for web in started:
-            web.proc.terminate()
-            try:
-                web.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                web.proc.kill()
-                web.proc.wait(5)
-        valkey.stop()
 
 
 def test_connections_that_complete_no_request_head_are_closed(
