@@ -4,6 +4,7 @@ a SIGKILLed holder, a clean stop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -20,9 +21,10 @@ import echomq
 Runner = Callable[..., Awaitable[echomq.Consumer]]
 
 
-@pytest.fixture
-async def start_consumer(q: echomq.Queue) -> AsyncIterator[Runner]:
-    """Start consumers in this loop; every one is stopped and awaited at teardown."""
+@contextlib.asynccontextmanager
+async def running_consumers(q: echomq.Queue) -> AsyncIterator[Runner]:
+    """``start(handler, **options)`` runs a consumer of ``q`` in this loop (heartbeats and
+    reaps every 100 ms unless told otherwise); every one is stopped and awaited on exit."""
     running: list[tuple[echomq.Consumer, asyncio.Task[None]]] = []
 
     async def start(handler: echomq.Handler, **kw: Any) -> echomq.Consumer:
@@ -32,10 +34,19 @@ async def start_consumer(q: echomq.Queue) -> AsyncIterator[Runner]:
         running.append((c, asyncio.create_task(c.run())))
         return c
 
-    yield start
-    for c, task in running:
-        c.stop()
-    await asyncio.wait_for(asyncio.gather(*(t for _, t in running)), 20)
+    try:
+        yield start
+    finally:
+        for c, _ in running:
+            c.stop()
+        await asyncio.wait_for(asyncio.gather(*(t for _, t in running)), 20)
+
+
+@pytest.fixture
+async def start_consumer(q: echomq.Queue) -> AsyncIterator[Runner]:
+    """Start consumers in this loop; every one is stopped and awaited at teardown."""
+    async with running_consumers(q) as start:
+        yield start
 
 
 async def wait_for(pred: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:

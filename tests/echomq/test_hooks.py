@@ -13,26 +13,15 @@ import pytest
 import echomq
 from echomq.hooks import Completion, Handler, Send
 from echomq.types import FailOutcome
-from tests.echomq.test_consumer import completed, wait_for
+from tests.echomq.test_consumer import completed, running_consumers, wait_for
 
 Start = Callable[..., Awaitable[echomq.Consumer]]
 
 
 @pytest.fixture
 async def start(q: echomq.Queue) -> AsyncIterator[Start]:
-    running: list[tuple[echomq.Consumer, asyncio.Task[None]]] = []
-
-    async def go(handler: echomq.Handler, **kw: Any) -> echomq.Consumer:
-        kw.setdefault("heartbeat_ms", 100)
-        kw.setdefault("reap_interval_ms", 100)
-        c = echomq.Consumer(q, handler, **kw)
-        running.append((c, asyncio.create_task(c.run())))
-        return c
-
-    yield go
-    for c, _ in running:
-        c.stop()
-    await asyncio.wait_for(asyncio.gather(*(t for _, t in running)), 20)
+    async with running_consumers(q) as go:
+        yield go
 
 
 async def echo(claim: echomq.Claim) -> Any:

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 import echomq
 from echomq.outage import HAND_BACKS
 from echomq.settings import Settings
+from tests.echomq.test_consumer import running_consumers, wait_for
 
 Start = Callable[..., Awaitable[echomq.Consumer]]
 
@@ -26,27 +25,8 @@ async def fast(redis_conn: Any, queue_name: str) -> echomq.Queue:
 
 @pytest.fixture
 async def start(fast: echomq.Queue) -> AsyncIterator[Start]:
-    running: list[tuple[echomq.Consumer, asyncio.Task[None]]] = []
-
-    async def go(handler: echomq.Handler, **kw: Any) -> echomq.Consumer:
-        kw.setdefault("heartbeat_ms", 100)
-        kw.setdefault("reap_interval_ms", 100)
-        c = echomq.Consumer(fast, handler, **kw)
-        running.append((c, asyncio.create_task(c.run())))
-        return c
-
-    yield go
-    for c, _ in running:
-        c.stop()
-    await asyncio.wait_for(asyncio.gather(*(t for _, t in running)), 20)
-
-
-async def _until(pred: Callable[[], Awaitable[bool]], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not await pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+    async with running_consumers(fast) as go:
+        yield go
 
 
 async def test_a_poison_job_is_failed_and_the_rest_drain(fast: echomq.Queue, start: Start) -> None:
@@ -72,7 +52,7 @@ async def test_a_poison_job_is_failed_and_the_rest_drain(fast: echomq.Queue, sta
             (await fast.stats())["completed"] == 300 and info is not None and info.state == "dead"
         )
 
-    await _until(settled, 15)
+    await wait_for(settled, 15)
     info = await fast.jobs.get(poison)
     assert info is not None and info.failures == 3 and info.reason == "failed 3 times"
     assert info.error is not None and "raised Unavailable" in info.error
@@ -103,7 +83,7 @@ async def test_the_job_that_began_a_wait_is_not_its_probe(fast: echomq.Queue, st
         info = await fast.jobs.get(poison)
         return (await fast.stats())["completed"] == 20 and info is not None and info.state == "dead"
 
-    await _until(settled, 10)
+    await wait_for(settled, 10)
     assert (poison, True) not in calls
     assert sum(1 for job, _ in calls if job == poison) == HAND_BACKS + 1
     assert not consumer.waiting
