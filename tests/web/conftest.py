@@ -74,6 +74,17 @@ def config(
     return make_config(private_valkey.url, sql_url, tmp_path, **game_settings)
 
 
+@pytest.fixture
+def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
+    """``configure(**changes)`` -> a :class:`Config` on the module's private Valkey and
+    SQLite file, for a test that sets its own limits."""
+
+    def make(**changes: Any) -> Config:
+        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
+
+    return make
+
+
 def make_config(valkey_url: str, database_url: str, data_dir: Path, **changes: Any) -> Config:
     return Config(
         valkey_url=valkey_url,

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +25,7 @@ from redis.exceptions import MaxConnectionsError
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
 from tests.helpers import free_port, slow_request, sql_write_locked
-from tests.web.conftest import SERVER_START_TIMEOUT_S, Served, assert_error, bearer, make_config
+from tests.web.conftest import SERVER_START_TIMEOUT_S, Served, assert_error, bearer
 from web.app import create_app
 from web.server import server_config
 
@@ -59,14 +58,6 @@ async def serve(config: Config, **server: Any) -> AsyncIterator[Served]:
     finally:
         uv.should_exit = True
         await task
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 async def evalsha_calls(url: str) -> int:

@@ -9,28 +9,17 @@ honest players read and guess from 127.0.0.1, on the real app under a real uvico
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codemojex.config import Config
-from echomq.server import EmbeddedValkey
-from tests.web.conftest import bearer, make_config
+from tests.web.conftest import bearer
 from tests.web.test_door import GUESS, serve
 from web.door import BODY_TIMEOUT_S
 
 pytestmark = pytest.mark.timeout(60)
 
 ATTACKER = "127.0.0.2"
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 async def _stalled(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from codemojex.config import Config
-from echomq.server import EmbeddedValkey
-from tests.web.conftest import bearer, make_config
+from tests.web.conftest import bearer
 from tests.web.test_door import serve
 from web.door import LIGHT_RATE
 
 pytestmark = pytest.mark.timeout(60)
 
 SECONDS = 2.5
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 async def _paced(per_s: float, send: Any) -> list[int]:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import secrets
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,9 +22,8 @@ from sqlalchemy import event
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from codemojex.config import Config
 from echomq.server import EmbeddedValkey
-from tests.web.conftest import bearer, make_config, recv, recv_until
+from tests.web.conftest import bearer, recv, recv_until
 from tests.web.test_door import serve
 from web.ws import FRAME_BURST
 
@@ -33,14 +31,6 @@ pytestmark = pytest.mark.timeout(60)
 
 ADDRESS = "127.0.0.2"
 PAUSE_MS = 1500
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 async def _pause(url: str) -> None:

@@ -12,31 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from codemojex.config import Config
-from echomq.server import EmbeddedValkey
 from tests.helpers import slow_request, sql_write_locked
-from tests.web.conftest import make_config, of_type, recv_until
+from tests.web.conftest import of_type, recv_until
 from tests.web.test_door import serve
 from web.door import MIN_REFUSAL_S
 
 pytestmark = pytest.mark.timeout(60)
 
 GUESS = ["🍎", "🍌", "🍒", "🍇"]
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 async def _ws_guess(ws: ClientConnection, round_id: str, client_id: str) -> dict[str, Any]:

@@ -7,27 +7,16 @@ nothing; the server's own pages, listed origins and non-browser clients are unaf
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codemojex.config import Config
-from echomq.server import EmbeddedValkey
-from tests.web.conftest import assert_error, make_config, serve
+from tests.web.conftest import assert_error, serve
 
 pytestmark = pytest.mark.timeout(60)
 
 FOREIGN = "http://evil.example"
 LISTED = "https://play.example"
-
-
-@pytest.fixture
-def configure(private_valkey: EmbeddedValkey, sql_url: str, tmp_path: Path) -> Any:
-    def make(**changes: Any) -> Config:
-        return make_config(private_valkey.url, sql_url, tmp_path, **changes)
-
-    return make
 
 
 def _players(sql_url: str) -> int:
