@@ -591,9 +591,11 @@ def progress_topic(round_id: str) -> str:
     return f"progress:{round_id}"
 
 
+@functools.lru_cache(maxsize=8192)
 def address_groups(address: str) -> tuple[str, ...]:
     """The groups an :func:`~codemojex.admission.address_key` belongs to, coarsest first,
-    itself last: an IPv6 /64 as its /48, its /56 and itself; anything else as itself."""
+    itself last: an IPv6 /64 as its /48, its /56 and itself; anything else as itself.
+    Cached: a full process's displacement groups every address it holds at each level."""
     if ":" not in address or "/" not in address:
         return (address,)
     try:
