@@ -13,7 +13,7 @@ Unicode's extended grapheme clusters) and each one must be visible on its own:
   into the lines above and below it;
 * at least one grapheme that is not a space.
 
-The length limit stays in code points (1–32, CONTRACT §4). Nothing is cleaned or
+The length limit stays in code points (1–32, docs/contract.md §4). Nothing is cleaned or
 normalised silently: a name that is not acceptable as given is refused.
 """
 

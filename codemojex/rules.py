@@ -1,4 +1,4 @@
-"""The rules of emoji Mastermind, pure and side-effect free (CONTRACT §1).
+"""The rules of emoji Mastermind, pure and side-effect free (docs/contract.md §1).
 
 - A secret and a guess are ``length`` emojis from a palette, repetition allowed.
 - Feedback is classic Mastermind: ``exact`` = right emoji in the right place, ``near`` =

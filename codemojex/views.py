@@ -1,5 +1,5 @@
 """The shapes the game hands to the web layer (and the web layer to clients as JSON),
-typed: what ``../shared/CONTRACT.md`` §4 documents, checked by mypy where they are built
+typed: what docs/contract.md §4 documents, checked by mypy where they are built
 instead of living as ``dict[str, Any]``.
 
 They are also the one statement of the HTTP answers' shapes: web/openapi.py generates
@@ -23,7 +23,7 @@ PlayerId = Annotated[str, _branded("PLR")]
 RoundId = Annotated[str, _branded("RND")]
 JobId = Annotated[str, _branded("JOB")]
 EpochMs = Annotated[int, Schema(description="epoch milliseconds, Valkey server clock")]
-# The contract's closed set of error codes (CONTRACT §4), each answer's "error".
+# The contract's closed set of error codes (docs/contract.md §4), each answer's "error".
 ERROR_CODES = (
     "invalid_body",
     "invalid_guess",

@@ -1,4 +1,4 @@
-"""The admin API (CONTRACT §4, Admin): workers, the queue, dead jobs.
+"""The admin API (docs/contract.md §4, Admin): workers, the queue, dead jobs.
 
 Every route needs ``Authorization: Bearer <admin token>``; anything else, a player's token
 included, is 401. The admin page itself (``/admin``) is public and holds no data.

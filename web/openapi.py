@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 document of the HTTP API, from CONTRACT §4.
+"""The OpenAPI 3.1 document of the HTTP API, from docs/contract.md §4.
 
 The answers' shapes (``components.schemas``) are generated from their one declaration,
 the typed shapes of ``codemojex.views`` (codemojex.json_schema). The operations are

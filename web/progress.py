@@ -6,7 +6,7 @@ Honest about what one web process can know: a player's ``guesses`` is the highes
 score events, ``best_exact``/``best_near`` are those of the best feedback so far. A process
 started mid-round knows only what it has seen since.
 
-What goes out is bounded whatever the crowd (CONTRACT §4): the round's counts (``playing``,
+What goes out is bounded whatever the crowd (docs/contract.md §4): the round's counts (``playing``,
 ``guesses``, ``solved``) and at most :data:`LEADERS` rows. The counts are kept as the
 players change, so a message costs the leaders' selection, not a walk of every row; the
 selection itself runs only when a change could have moved a leader.

@@ -1,5 +1,5 @@
 """The command line's settings as they were before the configuration was declared once
-(CONTRACT §5: every flag, variable and default stays): each role's flags with their
+(docs/contract.md §5: every flag, variable and default stays): each role's flags with their
 defaults, types and choices, ``Config``'s defaults, what a few environments and command
 lines resolve to (or the one line that refuses them), and what ``up`` hands its children.
 

@@ -3,7 +3,7 @@
 The flusher may offer a round's progress while a socket is still being greeted (its reads
 of the round and the leaderboard are slow under load); the greeting then writes its own
 snapshot. The socket must get each progress state once, and never an older one after a
-newer (CONTRACT §4: "only when something in it changed"). The sink records what reached
+newer (docs/contract.md §4: "only when something in it changed"). The sink records what reached
 the wire; the frames are the ones the hub builds.
 """
 

@@ -1,4 +1,4 @@
-"""The game rules: feedback, points, validation (CONTRACT §1)."""
+"""The game rules: feedback, points, validation (docs/contract.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-address limits on sockets and resumes (CONTRACT §4 "Overload"): one client address
+"""Per-address limits on sockets and resumes (docs/contract.md §4 "Overload"): one client address
 cannot take a process's sockets from another, and reconnecting in a loop with ``after=``
 costs the looping player and address their replays, not everyone's time.
 

@@ -1,4 +1,4 @@
-"""A request counts against the door only once its body has arrived (CONTRACT §4
+"""A request counts against the door only once its body has arrived (docs/contract.md §4
 Overload): bodies that never come hold their own connections, not the door's slots, and
 are answered ``408 request_timeout`` at :data:`web.door.BODY_TIMEOUT_S`.
 

@@ -1,4 +1,4 @@
-"""The door's idea of an honest pace comes from authenticated players only (CONTRACT §4
+"""The door's idea of an honest pace comes from authenticated players only (docs/contract.md §4
 Overload): made-up bearer tokens, however many, do not pull the light threshold down and
 so do not make honest players heavy.
 

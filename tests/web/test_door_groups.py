@@ -1,4 +1,4 @@
-"""A full process makes room for a newcomer however its sockets are spread (CONTRACT §4
+"""A full process makes room for a newcomer however its sockets are spread (docs/contract.md §4
 Overload): over many addresses one socket each, or over many /64s of one IPv6 /48.
 
 IPv4 clients bind distinct loopback addresses; IPv6 clients come through a trusted proxy

@@ -1,7 +1,7 @@
-"""Paths outside ``/api/`` are under the per-address bound too (CONTRACT §4 Overload): health
-checks and socket handshakes count against their address's requests at the door, a token
-that failed lately is refused without a lookup, and a socket's frames that are no guess
-(pings, malformed ones) have a rate, past which it is closed 1008.
+"""Paths outside ``/api/`` are under the per-address bound too (docs/contract.md §4
+Overload): health checks and socket handshakes count against their address's requests at
+the door, a token that failed lately is refused without a lookup, and a socket's frames
+that are no guess (pings, malformed ones) have a rate, past which it is closed 1008.
 
 ``CLIENT PAUSE`` on the module's Valkey holds health checks in flight (each waits on its
 PING), as a slow backend would; SQL statements are counted on the app's own engine.

@@ -1,5 +1,5 @@
 """A socket's guess frames go through the same door as ``POST /api/guesses`` (web/door.py,
-CONTRACT §4 Overload): weighed, let in lightest first, shed with an ``overloaded`` error
+docs/contract.md §4 Overload): weighed, let in lightest first, shed with an ``overloaded`` error
 frame and ``retry_after`` when the door is full, and answered without a queue when the
 bucket mirror already refuses the player. Without it a masher's socket was a way around
 the door's bound.

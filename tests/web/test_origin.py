@@ -1,4 +1,4 @@
-"""No cross-site simple writes (CONTRACT §4): a state-changing request from a foreign
+"""No cross-site simple writes (docs/contract.md §4): a state-changing request from a foreign
 ``Origin`` whose body is not declared ``application/json`` (what a hostile page can send
 without a CORS preflight: a form, a ``text/plain`` fetch) is ``403 forbidden`` and changes
 nothing; the server's own pages, listed origins and non-browser clients are unaffected.

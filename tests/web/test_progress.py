@@ -1,4 +1,4 @@
-"""Bounded progress (CONTRACT §4): the field's counts and at most 20 leaders, in the
+"""Bounded progress (docs/contract.md §4): the field's counts and at most 20 leaders, in the
 contract's order, whatever the crowd; paced by the process's fan-out budget.
 
 The leaders are re-selected only when a change could have moved one; a property test

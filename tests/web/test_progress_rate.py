@@ -1,4 +1,4 @@
-"""The progress rate as one socket sees it (CONTRACT §4): at most about 4 ``progress``
+"""The progress rate as one socket sees it (docs/contract.md §4): at most about 4 ``progress``
 messages a second, whatever the field, and only when something in it changed.
 
 Against the process users run (``codemojex up``: its web server, its ScoreWorkers, its

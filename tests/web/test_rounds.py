@@ -50,7 +50,7 @@ async def test_the_socket_announces_the_close_then_the_next_round(served: Served
         )
         opened = await recv_until(ws, lambda m: m["type"] == "round", timeout=3)
     # The round the socket was greeted with is the one that closes, and its successor opens
-    # at that very instant (CONTRACT §1: opens_at = previous closes_at).
+    # at that very instant (docs/contract.md §1: opens_at = previous closes_at).
     assert closed["round_id"] == first["round_id"]
     assert opened["opens_at"] == closed["closes_at"]
     assert len(closed["secret"]) == 4 and set(closed["secret"]) <= set(first["palette"])
