@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import checks
+from .coalesce import Coalescer
 from .codec import text
 from .errors import NotReplicated
 from .events import Events
@@ -47,6 +48,8 @@ class Queue:
         self.hooks: tuple[Hooks, ...] = checked(hooks)
         self.keys = Keys(name)
         self.runner = Runner(conn, self.keys.fence)
+        # Enqueues made while another is in flight share its successor's round trip.
+        self.coalescer = Coalescer(self.runner)
         self.jobs = Jobs(self)
         self.lanes = Lanes(self)
         self.stalled = Stalled(self)
@@ -75,7 +78,7 @@ class Queue:
         ``settings.replica_timeout_ms``; without, it sends nothing more and reports 0."""
         wanted = self.settings.replicas
         if not wanted:
-            return await self.runner.run(script, keys, args), 0
+            return await self.coalescer.run(script, keys, args), 0
         return await self.runner.run_replicated(
             script,
             keys,

@@ -170,13 +170,24 @@ class Runner:
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipeline many calls in one round trip (not a transaction: each script is atomic
-        on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL."""
+        on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL.
+        Raises the first call's error, if any."""
+        results = await self.run_each(calls)
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results
+
+    async def run_each(self, calls: Sequence[Call]) -> list[Any]:
+        """:meth:`run_many`, with each call's error in its place among the replies."""
         if not calls:
             return []
         if hasattr(self.conn, "get_node_from_key"):
             # redis-py's cluster pipeline refuses EVALSHA: on a cluster client the calls go
             # concurrently instead (one queue's keys share a slot, so one node serves them).
-            return list(await asyncio.gather(*(self.run(*call) for call in calls)))
+            return list(
+                await asyncio.gather(*(self.run(*call) for call in calls), return_exceptions=True)
+            )
         calls = [(script, self._keys(keys), args) for script, keys, args in calls]
         pipe = self.conn.pipeline(transaction=False)
         for script, keys, args in calls:
@@ -190,7 +201,4 @@ class Runner:
                 pipe.eval(script.source, len(keys), *keys, *args)
             for i, r in zip(redo, await pipe.execute(raise_on_error=False), strict=True):
                 results[i] = r
-        for r in results:
-            if isinstance(r, Exception):
-                raise r
         return results

@@ -12,16 +12,16 @@ import asyncio
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, request_response
+from starlette.types import Receive, Scope, Send
 
-from codemojex import store, tracing
+from codemojex import store
 from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound
 from echomq import is_branded
+from web import intake
 from web.errors import (
     RETRY_AFTER_S,
     bearer_token,
-    guess_fields,
-    idempotency_key,
     read_json_object,
 )
 from web.responses import JSONResponse
@@ -55,20 +55,6 @@ async def round_by_id(request: Request) -> Response:
     if not is_branded(round_id, "RND"):
         raise RoundNotFound("no such round")
     return JSONResponse(await services_of(request).game.round_view(round_id))
-
-
-async def submit_guess(request: Request) -> Response:
-    services = services_of(request)
-    player = await _player(request, services)
-    try:
-        body = await read_json_object(request)
-        round_id, guess = guess_fields(body)
-        key = idempotency_key(request.headers.get("idempotency-key"))
-    except InvalidBody as exc:
-        services.count(exc.code)  # refused before the game saw it; still a submission
-        raise
-    accepted = await services.accept_guess(player.player_id, round_id, guess, key)
-    return JSONResponse({"job_id": accepted.job_id, "seq": accepted.seq}, status_code=202)
 
 
 async def list_guesses(request: Request) -> Response:
@@ -129,23 +115,26 @@ async def readyz(request: Request) -> Response:
     return await healthz(request)
 
 
-async def guesses(request: Request) -> Response:
-    # One route for both methods, so a third method's 405 names both in Allow.
-    if request.method == "POST":
-        if tracing.enabled():  # the root of the guess's trace (docs/observability.md)
-            with tracing.server_span("POST", "/api/guesses", request.headers) as span:
-                response = await submit_guess(request)
-                span.set_attribute("http.response.status_code", response.status_code)
-                return response
-        return await submit_guess(request)
-    return await list_guesses(request)
+class _Guesses:
+    """``/api/guesses``: ``GET`` lists a player's guesses, ``POST`` takes one (which
+    ``web.app.App`` serves ahead of the router, :mod:`web.intake`). One route for both
+    methods, so a third method's 405 names both in ``Allow``."""
+
+    def __init__(self) -> None:
+        self._list = request_response(list_guesses)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] == "POST":
+            await intake.submit_guess(scope, receive, send)
+        else:
+            await self._list(scope, receive, send)
 
 
 routes: list[BaseRoute] = [
     Route("/api/players", create_player, methods=["POST"]),
     Route("/api/round", current_round, methods=["GET"]),
     Route("/api/rounds/{round_id}", round_by_id, methods=["GET"]),
-    Route("/api/guesses", guesses, methods=["GET", "POST"]),
+    Route("/api/guesses", _Guesses(), methods=["GET", "POST"]),
     Route("/api/guesses/{job_id}", guess_by_id, methods=["GET"]),
     Route("/api/leaderboard", leaderboard, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 import echomq.admin
@@ -32,7 +32,7 @@ from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Admin, Game
 from codemojex.metrics import metrics_authorized
-from web import admin, api, ws
+from web import admin, api, intake, ws
 from web.door import Door, Gate, GateCollector
 from web.errors import (
     BACKEND_ERRORS,
@@ -88,15 +88,24 @@ async def openapi(request: Request) -> Response:
 
 
 class App(Starlette):
-    """The Starlette app, with live sockets kept out of the middleware stack.
+    """The Starlette app, with live sockets kept out of the middleware stack and guesses
+    out of the router.
 
     Every middleware here serves HTTP and passes a websocket through untouched, yet each
     pass leaves a coroutine frame that a socket's task holds for as long as it is open
     (about 6 KB of a socket's ~21 KB, measured with tracemalloc). ``/ws`` goes straight to
-    its endpoint, which answers every error itself (:mod:`web.ws`)."""
+    its endpoint, which answers every error itself (:mod:`web.ws`). ``POST /api/guesses``
+    goes through the app's own HTTP middleware to a bare endpoint (:mod:`web.intake`)."""
+
+    guesses: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and scope["path"] == ws.PATH:
+        kind = scope["type"]
+        if kind == "http" and self.guesses is not None and intake.is_guess(scope):
+            scope["app"] = self
+            await self.guesses(scope, receive, send)
+            return
+        if kind == "websocket" and scope["path"] == ws.PATH:
             scope["app"] = self
             await ws.socket_endpoint(WebSocket(scope, receive, send))
             return
@@ -145,19 +154,17 @@ def create_app(config: Config) -> Starlette:
         HTTPException: on_http_error,
         **{cls: on_backend_error for cls in BACKEND_ERRORS},
     }
-    return App(
-        routes=routes,
-        middleware=[
-            Middleware(RouteMetrics, metrics=meters),
-            Middleware(Edge),
-            Middleware(
-                Door,
-                gate=gate,
-                peek=guess_refused_locally,
-                known=token_known,
-                allowed_origins=config.allowed_origins,
-            ),
-        ],
-        exception_handlers=handlers,
-        lifespan=lifespan,
-    )
+    http = [
+        Middleware(RouteMetrics, metrics=meters),
+        Middleware(Edge),
+        Middleware(
+            Door,
+            gate=gate,
+            peek=guess_refused_locally,
+            known=token_known,
+            allowed_origins=config.allowed_origins,
+        ),
+    ]
+    app = App(routes=routes, middleware=http, exception_handlers=handlers, lifespan=lifespan)
+    app.guesses = intake.guess_stack(http)
+    return app

@@ -52,12 +52,12 @@ from web.errors import (
     MAX_BODY_BYTES,
     RETRY_AFTER_S,
     NotFound,
-    guess_fields,
     idempotency_key,
     parse_json_object,
 )
 from web.frames import EXTENSION, FrameSink
 from web.hub import parse_event_id
+from web.intake import read_guess
 from web.outbox import Connection, Outgoing
 from web.services import Services, services_of
 
@@ -308,11 +308,7 @@ async def _answer(
             raw_id = body.get("client_id")
             if raw_id is not None:
                 client_id = idempotency_key(raw_id if isinstance(raw_id, str) else "")
-            try:
-                round_id, guess = guess_fields(body)
-            except InvalidBody as exc:
-                services.count(exc.code)
-                raise
+            round_id, guess = read_guess(services, body)
         except InvalidBody:
             allowance.spend()
             raise
