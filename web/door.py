@@ -24,17 +24,20 @@ adaptive concurrency) do together:
   fails, so the pool is never the cliff. The bound adapts (:class:`Gradient`): when a
   guess's time inside grows past :data:`TOLERANCE` times its unloaded time, it shrinks, to
   a duty cycle below one slot if need be, and grows back once times are normal again.
-* **Weighed senders.** Each request is weighed at arrival: its player's recent request rate
-  (an exponentially decaying count per bearer token), plus one for each request of that
-  token already at the door, plus its client address's rate over :data:`ADDRESS_SHARE`
-  (:func:`codemojex.admission.address_key`: an IPv6 /64 is one address; a classroom behind
-  one NAT is many light players, a flood spread over tokens from one address is not); a
-  token the door has not seen lately starts at the light threshold, behind players
-  known to send at an honest pace. A request without a token this process has
-  authenticated (none, or one it does not know) also weighs its address's rate of such
-  requests, whole: an address sending many of them is heavy by its own rate, and only
-  authenticated players' rates set the light threshold (:meth:`Gate.field`), so a flood of
-  made-up tokens cannot make honest players heavy.
+* **Players first, addresses second.** Each request is weighed at arrival. An
+  authenticated player weighs its own recent request rate (an exponentially decaying count
+  per bearer token, counted as each request arrives: waiting at the door adds nothing to
+  it); a token the door has not seen lately starts at the light threshold, behind players
+  known to send at an honest pace. A player within the light threshold with at most
+  :data:`PLAYER_IN_FLIGHT` requests here is its own sender: neither its address's bound nor
+  its address's share refuses it, whatever else its address sends (a school, an office, a
+  carrier's CGNAT is one address). A request without a token this process has
+  authenticated (none, or one it does not know) weighs its address's rate of such
+  requests, whole, plus its address's rate of all requests over :data:`ADDRESS_SHARE`
+  (:func:`codemojex.admission.address_key`: an IPv6 /64 is one address): an address
+  sending many of them is heavy by its own rate, and only authenticated players' rates set
+  the light threshold (:meth:`Gate.field`), so a flood of made-up tokens cannot make
+  honest players heavy.
 * **Light first.** A request of weight at most :data:`LIGHT_RATE` (an honest pace) takes a
   free slot up to twice the configured bound whatever the adaptive one; any other waits, and a
   free slot goes to the lightest waiting (fq_codel's new flows first), so a player at an
@@ -47,14 +50,16 @@ adaptive concurrency) do together:
   Shed: ``503 overloaded`` with ``Retry-After``.
 * **An address's share under overload.** While the door is overloaded (the adaptive bound
   below the configured one, or requests waiting), an address's guesses from senders past
-  the light threshold by rate alone (over HTTP or the socket) are admitted at most at
-  :data:`HEAVY_FLOOR` a second plus :data:`HEAVY_SHARE` of its others; past that they are
-  shed at once. Reads are not charged: an accepted guess is what costs the honest players
-  even when each heavy request is admitted after theirs: every accepted guess is scored by
-  the workers on the same cores.
+  the light threshold by their own rate (over HTTP or the socket) are admitted at most at
+  :data:`HEAVY_FLOOR` a second plus :data:`HEAVY_SHARE` of its light ones; past that they
+  are shed at once. A player within the threshold is never charged to it. Reads are not
+  charged: an accepted guess is what costs the honest players even when each heavy request
+  is admitted after theirs: every accepted guess is scored by the workers on the same cores.
 * **Per address.** One client address has at most ``address_limit`` requests at the door,
   working or waiting (``--address-in-flight``), whatever their path, socket handshakes
-  included; more are refused ``503 overloaded`` (a handshake: closed 1013 after accept).
+  included, of which senders past the light threshold hold at most
+  :data:`FAST_ADDRESS_SHARE`; more are refused ``503 overloaded`` (a handshake: closed 1013
+  after accept). A player's own requests (above) are outside it.
 * **Refusals that cost little.** A guess from a player the bucket mirror already refuses
   (:class:`codemojex.admission.BucketMirror`) goes around the queue: it is answered
   ``429`` without a Valkey round trip, so it needs no slot. No ``503 overloaded`` leaves
@@ -111,10 +116,19 @@ __all__ = [
 BODY_TIMEOUT_S = 2.0
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
-# A request weighs its player's recent rate plus its address's over this many: a classroom
-# behind one NAT (many players, each at an honest pace) stays light, while an address that
-# spreads a flood over many tokens, or sends without one, weighs what it sends.
+# A request without a token this process knows weighs its address's rate of such requests,
+# plus its address's rate of all requests over this many. A player's request weighs its own
+# rate alone: one address is often many people (a school, an office, a carrier's CGNAT).
 ADDRESS_SHARE = 1024.0
+# A player within the light threshold has this many of its requests at the door as its own,
+# outside its address's bound: a guess and a read, or a guess and its retry. Past that, its
+# requests count against its address like any other.
+PLAYER_IN_FLIGHT = 2
+# Senders past the light threshold (players by their own rate, tokenless requests by their
+# address's) hold at most this share of their address's bound together: the rest stays for
+# that address's sign-ups, pages, socket handshakes and tokens this process has yet to see,
+# so mashers behind an address cannot lock its new players out.
+FAST_ADDRESS_SHARE = 0.75
 # The time constant of the rate estimates: a sender's rate is its requests over ~2 s.
 RATE_TAU_S = 2.0
 MAX_WAITING = 1024
@@ -136,8 +150,8 @@ MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty 
 # behind the bound that holds the heavy senders back. Between the two loads the door must
 # tell apart (bench_game, bench_door): 200 players at 5 guesses/s each from one address
 # are honest (at 2, with 64 for the address share, they were all heavy and 1,000/s was
-# shed down to 538 accepted/s at 44 % of a core), a masher at its 10/s with 8 in flight
-# is not (its rate and its requests at the door add up past 10). The game's own per-player
+# shed down to 538 accepted/s at 44 % of a core), a closed-loop masher with 8 in flight
+# is not (its rate alone passes 10 within its first answers). The game's own per-player
 # rate is 10 guesses a second. A token not seen lately weighs this much.
 LIGHT_RATE = 10.0
 # The light threshold follows the field (Gate.field): this many times the rate of the
@@ -189,6 +203,14 @@ def _forget(entries: dict[K, V], stale: Callable[[V], bool], keep: int) -> None:
     if excess > 0:
         for key in list(entries)[:excess]:
             del entries[key]
+
+
+def _count_down(counts: dict[K, int], key: K) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
 
 
 class FlowRates:
@@ -372,27 +394,34 @@ class Gate:
         self._heaviest: list[tuple[float, int, _Waiter]] = []
         self._seq = 0
         self.at_door: dict[str, int] = {}  # address -> requests working or waiting
+        self.fast_at_door: dict[str, int] = {}  # address -> those of players past light
         self.tokens_at_door: dict[str, int] = {}  # bearer token -> its requests here
         # sender -> (when its last refusal was answered, times in a row it came back early)
         self.refused: dict[str, tuple[float, int]] = {}
         # admitted, queued, bypassed, shed_wait, shed_full, shed_address
         self.counts: Counter[str] = Counter()
 
-    def take_address(self, address: str) -> bool:
+    def take_address(self, address: str, *, fast: bool = False) -> bool:
         """One more request of ``address`` at the door, if its bound allows (then hand it
-        back with :meth:`release_address`)."""
+        back with :meth:`release_address`, with the same ``fast``). ``fast``: a player's
+        past the light threshold, which together hold at most :data:`FAST_ADDRESS_SHARE`
+        of the bound."""
         held = self.at_door.get(address, 0)
-        if self.address_limit and held >= self.address_limit:
+        limit = self.address_limit
+        if limit and held >= limit:
             return False
+        if fast:
+            busy = self.fast_at_door.get(address, 0)
+            if limit and busy >= max(1, int(limit * FAST_ADDRESS_SHARE)):
+                return False
+            self.fast_at_door[address] = busy + 1
         self.at_door[address] = held + 1
         return True
 
-    def release_address(self, address: str) -> None:
-        left = self.at_door[address] - 1
-        if left:
-            self.at_door[address] = left
-        else:
-            del self.at_door[address]
+    def release_address(self, address: str, *, fast: bool = False) -> None:
+        _count_down(self.at_door, address)
+        if fast:
+            _count_down(self.fast_at_door, address)
 
     @contextlib.contextmanager
     def address_slot(self, address: str) -> Iterator[bool]:
@@ -644,36 +673,40 @@ async def through(
     (:meth:`Gate.refusal_hold`), its token still counted at the door meanwhile.
     ``bypass()``: True for work answered without backend work (the bucket mirror refuses
     its player), which skips the queue. ``guess``: its time in the slot feeds the
-    adaptive bound. ``authenticated``: ``token`` is one this process has authenticated;
-    False (or no token) weighs the address's rate of such requests whole, and keeps the
-    token out of the field's sample."""
-    weight = gate.addresses.hit(address, now) / ADDRESS_SHARE
-    if token is None or not authenticated:
-        unknown = gate.anonymous.hit(address, now)
-        weight += unknown
-    # By recent rate alone, without the requests already at the door: what the address
-    # share judges. A CPU-starved web piles an honest crowd's requests up at the door (200
-    # players at 5/s each, two or three apiece waiting), which tips them heavy in the
-    # queue's order, rightly behind lighter ones; charged to the share as well, they were
-    # shed (bench_game at 1,000/s: 85 and 103 honest guesses 503 overloaded, 19 and 25
-    # judged by rate, in the same runs).
-    paced = weight
+    adaptive bound. ``authenticated``: ``token`` is one this process has authenticated
+    (then the request is its player's, weighed by the player's own rate, and within the
+    light threshold outside its address's bound and share); False (or no token) weighs the
+    address's rate of such requests whole, and keeps the token out of the field's
+    sample."""
+    address_rate = gate.addresses.hit(address, now)
     tokens = gate.tokens_at_door
-    if token is not None:
-        # its recent rate, and as many again for each of its requests already here: a
-        # masher's eight at once weigh from the second, an honest player's one never;
-        # a token not seen lately is not known to be light (200 new mashers at once
-        # would otherwise all be new flows, first in line)
+    # Counted at arrival, never while waiting: a wait at the door is the server's doing, and
+    # an honest player whose one guess waits must not weigh more for it. ``own``: the
+    # player's within its honest pace, outside what its address is held to.
+    own = False
+    if token is None or not authenticated:
+        weight = address_rate / ADDRESS_SHARE + gate.anonymous.hit(address, now)
+        fast = weight > gate.light_now
+        if token is not None:
+            # seen lately: a new player's first guess (its token not yet known here) is
+            # what makes its second no newcomer
+            gate.players.hit(token, now)
+    else:
+        # A token not seen lately is not known to be light: in the queue's order it waits
+        # behind players known to send at an honest pace (200 new mashers at once would
+        # otherwise all be new flows, first in line).
         new = 0.0 if token in gate.players else gate.light_now
         rate = gate.players.hit(token, now)
-        if authenticated:
-            gate.field(token, rate, now)
-        weight += rate + tokens.get(token, 0) + new
-        paced += rate
+        gate.field(token, rate, now)
+        weight = rate + new
+        fast = rate > gate.light_now
+        own = not fast and tokens.get(token, 0) < PLAYER_IN_FLIGHT
+    if token is not None:
         tokens[token] = tokens.get(token, 0) + 1
-    sender = token or address  # whose early retries lengthen its refusals
+    # whose early retries lengthen its refusals: a made-up token per request is no sender
+    sender = token if token is not None and authenticated else address
     try:
-        if not gate.take_address(address):
+        if not own and not gate.take_address(address, fast=fast):
             gate.counts["shed_address"] += 1
             await hold_refusal(gate, now, sender)
             return ADDRESS
@@ -682,7 +715,6 @@ async def through(
                 gate.counts["bypassed"] += 1
                 return await work()
             heavy = weight > gate.light_now
-            fast = paced > gate.light_now
             if guess and fast and gate.over_share(address, now):
                 gate.counts["shed_share"] += 1
                 await hold_refusal(gate, now, sender)
@@ -701,14 +733,11 @@ async def through(
                     gate.timed(took)
                 gate.leave(gate.idle_after(took) if heavy else 0.0)
         finally:
-            gate.release_address(address)
+            if not own:
+                gate.release_address(address, fast=fast)
     finally:
         if token is not None:
-            left = tokens[token] - 1
-            if left:
-                tokens[token] = left
-            else:
-                del tokens[token]
+            _count_down(tokens, token)
 
 
 async def hold_refusal(gate: Gate, arrived: float, sender: str) -> None:

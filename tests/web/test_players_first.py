@@ -1,0 +1,198 @@
+"""Players first, addresses second (CONTRACT §4 Overload; web/door.py): on a real server,
+honest players behind the same address as closed-loop mashers keep their guesses while the
+mashers are shed; a player's request waiting at the door does not make its next one
+heavier; requests without a token are still held to their address's bound, as are the
+players past an honest pace behind it.
+
+Each test runs its own uvicorn (the app in this process) on the module's private Valkey.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.bench_door import MashTally, mash_loop
+from tests.helpers import slow_request, sql_write_locked
+from tests.web.conftest import assert_error, bearer
+from tests.web.test_door import GUESS, serve
+from web.door import LIGHT_FLOOR
+
+pytestmark = pytest.mark.timeout(90)
+
+MASHERS = 10
+IN_FLIGHT = 8  # each masher's closed loops
+HONEST = 80
+LOAD_S = 5.0
+HONEST_EVERY_S = 2.0  # one guess per honest player about every 2 s: well inside its pace
+
+
+async def _honest_player(
+    http: httpx.AsyncClient, token: str, round_id: str, until: float, seen: Counter[str]
+) -> None:
+    rng = random.Random(token)
+    await asyncio.sleep(rng.uniform(0, HONEST_EVERY_S))
+    while time.monotonic() < until:
+        r = await http.post(
+            "/api/guesses", json={"round_id": round_id, "guess": GUESS}, headers=bearer(token)
+        )
+        detail = r.json().get("detail", "") if r.status_code == 503 else ""
+        seen[f"{r.status_code}{' address' if 'address' in detail else ''}"] += 1
+        await asyncio.sleep(rng.uniform(0.75, 1.25) * HONEST_EVERY_S)
+
+
+async def test_honest_players_behind_the_mashers_address_keep_their_guesses(
+    configure: Any,
+) -> None:
+    # No rate limit and no pending cap: the mashers are held back by the door alone. A
+    # bound per address well under the mashers' 80 loops, so their address is at it.
+    config = configure(guess_rate=0, lane_cap=0, address_in_flight=16)
+    async with serve(config) as s:
+        round_id = (await s.current_round())["round_id"]
+        palette = [str(p) for p in (await s.current_round())["palette"]]
+        honest = [(await s.new_player(f"Honest {i}"))["token"] for i in range(HONEST)]
+        mashers = [(await s.new_player(f"Masher {i}"))["token"] for i in range(MASHERS)]
+        # Everyone has played before: this process knows their tokens.
+        for token in honest + mashers:
+            r = await s.http.post(
+                "/api/guesses", json={"round_id": round_id, "guess": GUESS}, headers=bearer(token)
+            )
+            assert r.status_code == 202, r.text
+        until = time.monotonic() + LOAD_S
+        tally = MashTally()
+        seen: Counter[str] = Counter()
+        limits = httpx.Limits(max_connections=HONEST, max_keepalive_connections=HONEST)
+        async with httpx.AsyncClient(base_url=s.base, timeout=30, limits=limits) as http:
+            await asyncio.gather(
+                *(
+                    mash_loop(s.port, token, round_id, palette, len(GUESS), until, tally)
+                    for token in mashers
+                    for _ in range(IN_FLIGHT)
+                ),
+                *(_honest_player(http, token, round_id, until, seen) for token in honest),
+            )
+        gate = s.app.state.door
+        async with asyncio.timeout(10):
+            while gate.working or gate.waiting or gate.at_door or gate.tokens_at_door:
+                await asyncio.sleep(0.05)
+    sent = sum(seen.values())
+    assert sent >= 150, seen
+    # The mashers, from the same address, were shed ...
+    assert tally.statuses[503] > 0 and tally.statuses[202] > 0, tally.statuses
+    assert set(tally.statuses) <= {202, 503}, tally.statuses
+    # ... and the honest players beside them were not: >= 99 % accepted.
+    assert seen["202"] >= 0.99 * sent, seen
+    assert not gate.fast_at_door
+
+
+async def test_a_players_request_waiting_at_the_door_does_not_make_its_next_heavier(
+    configure: Any,
+) -> None:
+    # One slot (two for light requests), shed after 0.3 s, a light request after 1.2 s.
+    config = configure(door_in_flight=1, door_wait_ms=300)
+    async with serve(config) as s:
+        gate = s.app.state.door
+        round_id = (await s.current_round())["round_id"]
+        # A field of players at a slow pace: the light threshold is at its floor. Their
+        # first guesses make their tokens known here; their second ones, 2.5 s later, put
+        # them in the field at ~0.6 guesses/s.
+        field = [(await s.new_player(f"Field {i}"))["token"] for i in range(8)]
+        player = (await s.new_player("Honest"))["token"]
+
+        async def guess(token: str) -> None:
+            r = await s.http.post(
+                "/api/guesses", json={"round_id": round_id, "guess": GUESS}, headers=bearer(token)
+            )
+            assert r.status_code == 202, r.text
+
+        for token in [*field, player]:
+            await guess(token)
+        await asyncio.sleep(2.5)
+        for token in [*field, player]:
+            await guess(token)
+        await asyncio.sleep(1.0)  # the player's rate decays to an honest pace
+        with sql_write_locked(str(config.database_url)):
+            # Two sign-ups waiting for SQL hold both light slots.
+            held = [await slow_request(s.port, "127.0.0.2") for _ in range(2)]
+            async with asyncio.timeout(5):
+                while gate.working < 2:
+                    await asyncio.sleep(0.01)
+            # The player's guess waits at the door; then its read, while the guess waits.
+            first = asyncio.create_task(
+                s.http.post(
+                    "/api/guesses",
+                    json={"round_id": round_id, "guess": GUESS},
+                    headers=bearer(player),
+                )
+            )
+            async with asyncio.timeout(5):
+                while gate.waiting < 1:
+                    await asyncio.sleep(0.005)
+            second = asyncio.create_task(
+                s.http.get(f"/api/guesses?round_id={round_id}", headers=bearer(player))
+            )
+            async with asyncio.timeout(5):
+                while gate.waiting < 2:
+                    await asyncio.sleep(0.005)
+            assert gate.light_now == LIGHT_FLOOR
+            # Past the heavy senders' wait, within a light one's: nothing was shed, since
+            # its first request's wait did not make its second heavier.
+            await asyncio.sleep(0.6)
+            assert gate.counts["shed_wait"] == 0, gate.counts
+        for _, writer in held:
+            writer.close()
+        answers = await asyncio.gather(first, second)
+    assert [a.status_code for a in answers] == [202, 200], [a.text for a in answers]
+
+
+async def test_tokenless_requests_and_fast_players_are_held_to_their_address(
+    configure: Any,
+) -> None:
+    config = configure(address_in_flight=4)
+    async with serve(config) as s:
+        gate = s.app.state.door
+        round_id = (await s.current_round())["round_id"]
+        transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(base_url=s.base, transport=transport, timeout=10) as same:
+            honest = (await same.post("/api/players", json={"name": "Honest"})).json()["token"]
+            fast = (await same.post("/api/players", json={"name": "Fast"})).json()["token"]
+            assert (
+                await same.post(
+                    "/api/guesses",
+                    json={"round_id": round_id, "guess": GUESS},
+                    headers=bearer(honest),
+                )
+            ).status_code == 202
+            # A player past an honest pace: 40 reads in about a second.
+            for _ in range(40):
+                r = await same.get(f"/api/guesses?round_id={round_id}", headers=bearer(fast))
+                assert r.status_code == 200, r.text
+            assert gate.players.rate(fast, gate.clock()) > gate.light_now
+            with sql_write_locked(str(config.database_url)):
+                # Its address at its bound: four sign-ups waiting for SQL.
+                held = [await slow_request(s.port, "127.0.0.2") for _ in range(4)]
+                async with asyncio.timeout(5):
+                    while gate.at_door.get("127.0.0.2") != 4:
+                        await asyncio.sleep(0.01)
+                # Tokenless: the address's, refused ...
+                tokenless = await same.get("/api/round")
+                assert "your address" in assert_error(tokenless, 503, "overloaded")["detail"]
+                # ... a player past its pace behind it: the address's too ...
+                r = await same.get(f"/api/guesses?round_id={round_id}", headers=bearer(fast))
+                assert "your address" in assert_error(r, 503, "overloaded")["detail"]
+                # ... a player at an honest pace behind it: its own, served.
+                guessed = await same.post(
+                    "/api/guesses",
+                    json={"round_id": round_id, "guess": GUESS},
+                    headers=bearer(honest),
+                )
+                assert guessed.status_code == 202, guessed.text
+            for _, writer in held:
+                writer.close()
+    assert gate.counts["shed_address"] == 2
