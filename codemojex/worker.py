@@ -17,7 +17,7 @@ import redis.asyncio
 from sqlalchemy.exc import SQLAlchemyError
 
 import echomq
-from codemojex import control, crashpoints, tracing
+from codemojex import control, crashpoints, store, tracing
 from codemojex.config import Config
 from codemojex.game import Admin, Game
 from codemojex.metrics import WorkerMetrics
@@ -120,7 +120,13 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     game = Game.connect(config)
     for partition in game.queues.partitions:
         tracing.trace_completions(partition)
-    scorer = ScoreWorker(game.engine, game.rounds, worker_id, config.score_delay_ms)
+    scorer = ScoreWorker(
+        game.engine,
+        game.rounds,
+        worker_id,
+        config.score_delay_ms,
+        group=store.GroupCommit(game.engine, linger_ms=config.commit_linger_ms),
+    )
     meters = WorkerMetrics(worker_id)
     # One consumer per partition under this one worker id, the handlers split among them;
     # with one partition, exactly the plain consumer of the "guesses" queue.

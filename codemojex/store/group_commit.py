@@ -9,10 +9,13 @@ everything pending (up to ``max_batch``), writes it with :func:`record_scores` i
 transaction, and resolves each waiter; what arrives while a batch is in flight goes in the
 next. So a batch is as big as the writes that piled up during the previous commit: one
 writer gets a batch of one and no added latency, many writers share one fsync and one
-round of statements. On SQLite the flusher takes its batch only once the file's score
-writer lock is its own (see ``_sqlite_writer``), so time spent waiting for another
-process's commit grows the batch instead of idling it. The flusher exists only while there
-is work, so a group that is never closed leaves no task behind.
+round of statements. With ``linger_ms``, a batch also waits until its oldest record is
+that old (unless it is full), so at a rate where commits would carry one record each they
+carry what arrives within the linger, for that much more latency. On SQLite the flusher
+takes its batch only once the file's score writer lock is its own (see ``_sqlite_writer``),
+so time spent waiting for another process's commit grows the batch instead of idling it.
+The flusher exists only while there is work, so a group that is never closed leaves no task
+behind.
 
 Guarantees:
 
@@ -54,11 +57,17 @@ class GroupCommitClosed(RuntimeError):
 class GroupCommit:
     """A commit coalescer over :func:`record_scores` (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(
+        self, engine: AsyncEngine, max_batch: int = DEFAULT_MAX_BATCH, *, linger_ms: float = 0
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if linger_ms < 0:
+            raise ValueError("linger_ms must be >= 0")
         self.engine = engine
         self.max_batch = max_batch
+        self.linger_s = linger_ms / 1000
+        self._since = 0.0  # when the oldest pending record arrived (loop clock)
         self._pending: list[_Waiter] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
@@ -71,7 +80,10 @@ class GroupCommit:
         JOB id. Returns once the batch committed; raises what the batch raised."""
         if self._closed:
             raise GroupCommitClosed("this group commit is closed")
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if not self._pending:
+            self._since = loop.time()
         self._pending.append((record, future))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name="group-commit")
@@ -86,6 +98,7 @@ class GroupCommit:
     async def _flush(self) -> None:
         try:
             while self._pending:
+                await self._linger()
                 # The batch is taken once the writer lock is ours (SQLite: see
                 # _sqlite_writer): what arrives while another process commits joins it.
                 async with writer_lock(self.engine):
@@ -100,6 +113,16 @@ class GroupCommit:
             raise
         finally:
             self._flusher = None
+
+    async def _linger(self) -> None:
+        """Wait until the oldest pending record is ``linger_ms`` old, unless the batch is
+        already full: a commit's fixed cost (the fsync, the writer lock, the thread hop)
+        is then shared by what arrives meanwhile rather than paid by each lone guess."""
+        if not self.linger_s or len(self._pending) >= self.max_batch:
+            return
+        wait = self._since + self.linger_s - asyncio.get_running_loop().time()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     def _take(self) -> list[_Waiter]:
         # A waiter cancelled before its batch was taken is not written at all.

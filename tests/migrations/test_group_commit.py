@@ -210,3 +210,30 @@ async def test_a_stuck_lock_holder_delays_sqlite_score_writes_no_longer_than_bus
     finally:
         os.close(other)
         await engine.dispose()
+
+
+async def test_a_linger_gathers_writes_spread_over_it_into_one_commit(
+    engine: AsyncEngine,
+) -> None:
+    """Five scores 20 ms apart, which without a linger commit one by one (each commit is
+    done before the next score arrives): with a 200 ms linger all five share one commit,
+    and none resolves before the linger is over."""
+    linger_ms = 200
+    await _seed(engine, ["PLR_l"])
+    group = GroupCommit(engine, linger_ms=linger_ms)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    writes = []
+    for s in range(5):
+        writes.append(asyncio.ensure_future(group.write(_score(f"JOB_l{s}", "PLR_l", s, False))))
+        await asyncio.sleep(0.02)
+    assert await asyncio.gather(*writes) == [True] * 5
+    took = loop.time() - began
+    await group.close()
+    assert (group.batches, group.records) == (1, 5)
+    assert took >= linger_ms / 1000
+
+
+def test_a_negative_linger_is_refused(engine: AsyncEngine) -> None:
+    with pytest.raises(ValueError, match="linger_ms"):
+        GroupCommit(engine, linger_ms=-1)
