@@ -1809,6 +1809,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "each rate right before the current code, and print the ratios",
     )
     p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure bench_floor (the barest code on the same parts) at the same rates, "
+        "players and workers, first, and print each role's figure as a ratio to it",
+    )
+    p.add_argument(
         "--watchers",
         default="0",
         metavar="N[,M…]",
@@ -2007,6 +2013,62 @@ def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str
     console.print(t)
 
 
+def measure_floor(a: argparse.Namespace, opts: Options) -> list[dict[str, Any]]:
+    """bench_floor at this run's rates, duration, players and workers (its rows)."""
+    from bench import bench_floor
+
+    console.print("[bold]floor[/]: bench_floor at the same rates, players and workers")
+    args = ["--rates", ",".join(f"{r:g}" for r in opts.rates), "--duration", f"{opts.duration:g}"]
+    args += ["--players", str(opts.players), "--workers", str(a.workers)]
+    args += ["--schedule", opts.schedule, *(["--quiet"] if not a.progress else [])]
+    result = bench_floor.measure(bench_floor.parse(args))
+    rows: list[dict[str, Any]] = result["rows"]
+    bench_floor.print_table(rows, "floor: bench_floor, same run")
+    return rows
+
+
+def floor_ratios(floor: dict[str, Any], game: dict[str, Any]) -> dict[str, float | None]:
+    """Each role's CPU ms per accepted guess in the game ÷ the floor's, and the server's."""
+
+    def game_ms(role: str) -> float | None:
+        got = game["cpu"]["roles"].get(role)
+        return None if got is None else float(got["ms_per_guess"])
+
+    out: dict[str, float | None] = {}
+    for role in ("web", "worker", "valkey"):
+        g, f = game_ms(role), float(floor["cpu"][role]["ms_per_guess"])
+        out[role] = None if g is None or not f else g / f
+    parts = [game_ms(r) for r in ("web", "worker", "valkey")]
+    server = None if None in parts else sum(p for p in parts if p is not None)
+    out["server"] = None if server is None else server / float(floor["server_ms_per_guess"])
+    return out
+
+
+def print_floor_ratios(floor: list[dict[str, Any]], rows: list[dict[str, Any]], title: str) -> None:
+    """Per rate: each role's CPU per accepted guess, the game's and the floor's, game ÷ floor."""
+    t = Table(title=f"{title}: the game vs its floor, same run (ratio = game ÷ floor)")
+    for col in ("offered/s", "scored/s game / floor", "web", "Σ workers", "valkey", "server"):
+        t.add_column(col, justify="right")
+    for f, r in zip(floor, rows, strict=False):  # the same rates, in the same order
+        ratio = floor_ratios(f, r)
+        cells = []
+        for role in ("web", "worker", "valkey"):
+            got = r["cpu"]["roles"].get(role)
+            g = "-" if got is None else f"{float(got['ms_per_guess']):.3f}"
+            x = ratio[role]
+            cells.append(f"{g} / {float(f['cpu'][role]['ms_per_guess']):.3f}" + (
+                f" ({x:.2f}×)" if x is not None else ""))  # fmt: skip
+        server = ratio["server"]
+        cells.append("-" if server is None else f"{server:.2f}×")
+        t.add_row(
+            _f(r["offered_per_s"]),
+            f"{_f(r['scored_per_s'], 0)} / {float(f['scored_per_s']):.0f}",
+            *cells,
+        )
+    console.print(t)
+    console.print("CPU in ms per accepted guess (game / floor); server = web + workers + valkey.")
+
+
 def source_state() -> dict[str, Any]:
     """The commit measured, and the files changed beside it (others may be mid-edit)."""
     import subprocess
@@ -2080,6 +2142,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     runner = uvloop.run if uvloop else asyncio.run
+    floor_rows = measure_floor(a, opts) if a.floor else None
     configs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cmx-bench-game-") as tmp:
         try:
@@ -2121,6 +2184,9 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(c["rows"], c["title"])
         if c["baseline"]["rows"] is not None:
             print_ratios(c["baseline"]["rows"], c["rows"], a.baseline)
+    if floor_rows is not None:
+        for c in configs:
+            print_floor_ratios(floor_rows, c["rows"], c["title"])
     if len(configs) > 1:
         print_side_by_side(configs)
     console.print(
@@ -2146,6 +2212,8 @@ def main(argv: list[str] | None = None) -> int:
         # one unless --web-processes or --watchers is a list), each with its name,
         # web_processes, watchers, up_args, up_env, rows and baseline
         "configs": configs,
+        # bench_floor's rows at the same rates (--floor), measured first in this run
+        "floor": floor_rows,
     }
     if a.json:
         Path(a.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

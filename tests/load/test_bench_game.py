@@ -180,6 +180,28 @@ def test_each_crowd_size_runs_on_its_own_up_and_is_printed_side_by_side(
     assert "Configurations side by side" in html and "The crowd" in html, html[-3000:]
 
 
+@pytest.mark.timeout(180)
+def test_the_floor_runs_first_at_the_same_rates_and_each_role_is_a_ratio_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--floor``: bench_floor at the same rates, players and workers, in the same run;
+    its rows in the JSON and, per rate, each role's CPU per guess as game ÷ floor."""
+    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    out = tmp_path / "game.json"
+    argv = ["--floor", "--rates", "20", "--duration", "2", "--players", "10"]
+    argv += ["--warmup", "0.5", "--drain", "10", "--workers", "1", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    result = orjson.loads(out.read_bytes())
+    [floor], [row] = result["floor"], result["rows"]
+    assert floor["accepted"] == floor["scored"] > 0 and row["scored"] == row["accepted"] > 0
+    ratios = bench.bench_game.floor_ratios(floor, row)
+    assert all(x is not None and x > 0 for x in ratios.values()), ratios
+    text = capsys.readouterr().out
+    table = text[text.index("the game vs its floor") :]
+    line = next(x for x in table.splitlines() if x.lstrip("│ ").startswith("2"))
+    assert line.count("×") == 4, line  # web, workers, valkey and the server
+
+
 class _Transport:
     def __init__(self) -> None:
         self.out: list[bytes] = []
