@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import gc
 import html
@@ -123,6 +124,8 @@ LAG_OK_MS = 5.0  # a client whose send lag p99 passes this did not offer the loa
 SCORED_OK = 0.95  # scored/s must reach this share of offered/s (issue 9)
 REQUEST_TIMEOUT_S = 15.0
 _TYPE = re.compile(rb'"type":\s*"([a-z_]+)"')
+# A socket's error frames carry the code of the HTTP answer they stand for, not its status.
+_FRAME_STATUS = {"rate_limited": 429, "lane_full": 429, "overloaded": 503, "unavailable": 503}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +148,7 @@ class Options:
     watchers: int = 0  # extra players whose sockets only read (bench/watchers.py)
     watcher_processes: int = 0  # 0: one per 5,000 watchers, at most 2
     watcher_concurrency: int = 64  # sockets being opened at once
+    via: str = "http"  # or "socket": each guess a frame on its player's websocket
 
 
 WATCHERS_PER_PROCESS = 5_000
@@ -487,6 +491,7 @@ class GameClient:
         self.players: list[Player] = []
         self.round: dict[str, Any] = {}
         self.bodies: list[bytes] = []  # "Content-Length: N\r\n\r\n{body}" for this round
+        self.frames: list[bytes] = []  # the same guesses as socket frames (--via socket)
         self.rotations = 0
         self.jobs: dict[str, Guess] = {}
         self.early: dict[str, tuple[float, int]] = {}  # scores that beat their 202
@@ -540,16 +545,15 @@ class GameClient:
             self.rotations += 1
         self.round = info
         palette, length = info["palette"], int(info["length"])
-        bodies = []
+        bodies, frames = [], []
         for _ in range(512):
-            body = orjson.dumps(
-                {
-                    "round_id": info["round_id"],
-                    "guess": [self.rng.choice(palette) for _ in range(length)],
-                }
-            )
+            guess = [self.rng.choice(palette) for _ in range(length)]
+            body = orjson.dumps({"round_id": info["round_id"], "guess": guess})
             bodies.append(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.bodies = bodies
+            frames.append(
+                orjson.dumps({"type": "guess", "round_id": info["round_id"], "guess": guess})
+            )
+        self.bodies, self.frames = bodies, frames
 
     def _refetch_round(self) -> None:
         if self._refetch is None or self._refetch.done():
@@ -604,6 +608,14 @@ class GameClient:
             p.greeted.set()
         elif kind in ("leaderboard", "progress"):
             p.greeted.set()
+        elif kind in ("accepted", "error") and p.sock is not None and p.sock.sent:
+            # a socket answers its guess frames one at a time, in the order they came
+            guess = p.sock.sent.popleft()
+            if kind == "accepted":
+                self.answer(guess, 202, text, t)
+            else:
+                code = orjson.loads(text).get("error")
+                self.answer(guess, _FRAME_STATUS.get(code, 400), text, t)
 
     def _scored(self, guess: Guess, t: float, on: int) -> None:
         guess.scores += 1
@@ -672,6 +684,7 @@ class GameClient:
                 probe()
             w.t0 = t0 = now() + 0.05
             players, guesses, send = self.players, w.guesses, pool.send
+            via_socket = opts.via == "socket"
             i, n = 0, len(offsets)
             while i < n:
                 t = now()
@@ -683,9 +696,15 @@ class GameClient:
                     p = players[picks[i]]
                     g = Guess(w, p.index, t0 + offsets[i])
                     guesses.append(g)
-                    data = p.prefix + self.bodies[i & 511]
-                    g.sent = now()
-                    send(data, g)
+                    if via_socket:
+                        sock = p.sock
+                        g.sent = now()
+                        if sock is None or not sock.send_guess(self.frames[i & 511], g):
+                            self.answer(g, 0, b"socket closed", g.sent)
+                    else:
+                        data = p.prefix + self.bodies[i & 511]
+                        g.sent = now()
+                        send(data, g)
                     i += 1
             w.load_end = now()
             if probe:
@@ -753,6 +772,7 @@ class Socket(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.parts: list[bytes] = []  # a fragmented text message so far
+        self.sent: collections.deque[Guess] = collections.deque()  # guess frames unanswered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
@@ -785,6 +805,15 @@ class Socket(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._done(str(self.proto.close_code or "abnormal"))
+
+    def send_guess(self, frame: bytes, guess: Guess) -> bool:
+        """Send one guess frame; False if the socket is not open."""
+        if self.transport is None or self.transport.is_closing() or self.closed.done():
+            return False
+        self.sent.append(guess)
+        self.proto.send_text(frame)
+        self._flush()
+        return True
 
     def close(self) -> None:
         """Start the closing handshake (code 1000)."""
@@ -1845,6 +1874,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report to OUT")
+    p.add_argument(
+        "--via",
+        choices=("http", "socket"),
+        default="http",
+        help="how guesses are sent: POST /api/guesses on keep-alive connections, or a guess "
+        "frame on the player's own websocket (answered by an accepted/error frame)",
+    )
     p.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
     a = p.parse_args(argv)
     for name in ("watchers", "web_processes"):
@@ -2110,6 +2146,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=a.progress,
         watcher_processes=a.watcher_processes,
         watcher_concurrency=a.watcher_concurrency,
+        via=a.via,
     )
     webs: list[int | None] = list(int_list(a.web_processes)) or [None]
     crowds = int_list(a.watchers) or [0]
@@ -2133,7 +2170,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in crowds
     )
     console.print(
-        f"[bold]{title_of(*plan[0])}[/]; {opts.schedule} arrivals, {opts.duration:g} s per "
+        f"[bold]{title_of(*plan[0])}[/]; guesses over {opts.via}; {opts.schedule} arrivals, "
+        f"{opts.duration:g} s per "
         f"rate; at most {top:.1f} guesses/s per player; client loop: "
         f"{'uvloop' if uvloop else 'asyncio'}; source {src['head']}"
         + (f" + uncommitted changes to {len(src['changed'])} files" if src["changed"] else "")

@@ -202,6 +202,24 @@ def test_the_floor_runs_first_at_the_same_rates_and_each_role_is_a_ratio_to_it(
     assert line.count("×") == 4, line  # web, workers, valkey and the server
 
 
+@pytest.mark.timeout(120)
+def test_guesses_sent_over_the_socket_are_answered_and_scored_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--via socket``: every guess a frame on its player's websocket, each answered by an
+    ``accepted`` frame (the job id the score is matched by) and scored exactly once."""
+    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    out = tmp_path / "game.json"
+    argv = ["--via", "socket", "--rates", "30", "--duration", "2", "--players", "6"]
+    argv += ["--warmup", "0.5", "--drain", "10", "--workers", "1", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    result = orjson.loads(out.read_bytes())
+    [row] = result["rows"]
+    assert result["options"]["via"] == "socket"
+    assert row["sent"] == row["accepted"] == row["scored"] > 0, row
+    assert row["duplicate_scores"] == 0 and row["unanswered"] == 0 and row["drained"], row
+
+
 class _Transport:
     def __init__(self) -> None:
         self.out: list[bytes] = []
