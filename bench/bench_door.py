@@ -1,25 +1,34 @@
 """The door under mashers: honest players' latency and share accepted, alone and beside
-closed-loop mashers, and what a refusal costs the web; prints figures, asserts nothing.
+closed-loop mashers, on the server's own core, and what a refusal costs the web; prints
+figures, asserts nothing.
 
-    uv run python -m bench.bench_door [--rows 0:0,10:1,20:1,50:1,200:20,replay:5,0:0]
-        [--duration 10]
-        [--players 100] [--honest-rate 30] [--masher-in-flight 8] [--up-arg=--workers=2]
-        [--json OUT]
+    uv run python -m bench.bench_door
+        [--rows 0:0,10:same,50:same,200:20:spread,200:20,replay:5,0:0] [--duration 8]
+        [--players 100] [--honest-rate 30] [--masher-in-flight 8] [--masher-procs 0]
+        [--up-arg=--workers=2] [--server-rev REV] [--no-pin] [--no-costs] [--json OUT]
 
 Starts one ``codemojex up`` (defaults: embedded Valkey, SQLite, 2 workers; rounds of an
-hour, so none closes mid-row), creates the honest players from 127.0.0.1 and opens a socket
-each, then runs every row of ``--rows`` (``mashers:addresses``) on the same server:
+hour, so none closes mid-row) **pinned to CPU 0** (``up`` is started with that affinity and
+forks every child from it; each row checks every server process's ``Cpus_allowed_list``)
+while this process and the masher processes it starts run on CPU 1, so a row shows the
+server and not its wait for the load's CPU. ``--server-rev REV`` runs the server of another
+revision (a temporary ``git worktree``) under the same clients. It creates the honest
+players from 127.0.0.1 and opens a socket each, then runs every row of ``--rows`` on the
+same server:
 
 * **honest load**, from this process: ``--honest-rate`` guesses a second in all, open loop
   (Poisson send times, each to a random player with nothing in flight), one attempt each;
-  per guess the send, the answer and its score on the owner's socket are timestamped;
-* **mashers**, from a ``codemojex mash --players 0 --mashers N --masher-addresses K``
-  child process (so their client work never delays the honest players' timestamps): closed
-  loops, ``--masher-in-flight`` requests each, sleeping ``Retry-After`` on 429 and not on
-  503, from 127.0.0.2 … 127.0.0.K+1; their results file says when their load ran, and the
-  honest figures of the row are those sent in that window. Rows ``0:0`` are the honest
-  players alone (first and last by default: a shared machine's busy spells fall on
-  either), and every ratio is to their median, from the same run.
+  per guess the send, the answer and its score on the owner's socket are timestamped. In
+  a ``:spread`` row each player's guesses come from one of the mashers' addresses.
+* **mashers** (``N:same``: from the honest players' address; ``N:K``: from 127.0.0.2 …
+  127.0.0.K+1), from processes of their own (one per 100 mashers, ``--masher-procs``):
+  each masher signs up, opens a socket (its scores counted per job) and runs
+  ``--masher-in-flight`` closed loops on raw keep-alive HTTP/1.1 connections, sleeping
+  ``Retry-After`` on 429 and not on 503, as fast as the answers come; afterwards every
+  accepted guess must have been scored once on its socket and be stored completed with a
+  score (``lost``, ``doubled``). The honest figures of the row are those sent while the
+  mashers' load ran. Rows ``0:0`` are the honest players alone (first and last by
+  default), and every ratio is to their median, from the same run.
 * **the replay loop** (row ``replay:K``): the issue's one player from an address of its
   own (127.0.0.250) reconnecting K sockets in a loop with ``after=0``, each reading its
   greeting and replay, then closing; placed after the masher rows, whose guesses filled
@@ -33,10 +42,10 @@ the per-address bound (requests from an address whose bound is held by slow requ
 
 Per row: honest send→score and send→202 p50/p99 (and their ratio to alone; and the p99
 leaving out the window's first 3 s, when every masher's connections and first requests
-arrive at once), honest guesses
-accepted (of those sent), honest non-202 answers, the mashers' answers by status, the web's
-share of a core, and the mash child's verdict line (every accepted guess scored once). The
-machine is shared: figures are only as quiet as it was.
+arrive at once), honest guesses accepted (of those sent), honest non-202 answers, the
+mashers' answers by status, the CPU of both sides (the server's processes, and this
+process with the masher processes) as a share of a core and as CPU ms per guess accepted
+in the row, and the mashers' verdict line.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import subprocess
 import sys
@@ -71,7 +81,7 @@ from codemojex.store import SQLITE_FILENAME
 from tests.cli.running import Up, cmdline
 from tests.helpers import slow_request, sql_write_locked
 
-ROWS = "0:0,10:1,20:1,50:1,200:20,replay:5,0:0"
+ROWS = "0:0,10:same,50:same,200:20:spread,200:20,replay:5,0:0"
 REPLAY = -1  # a row's "mashers" for the replay loop (its "addresses": the loop's sockets)
 REPLAY_ADDRESS = "127.0.0.250"  # the replay loop's own client address
 REPLAY_QUIET_S = 0.5  # a greeting is over once its socket is this quiet (or sent progress)
@@ -82,10 +92,19 @@ SLOW_S = 0.1  # an honest answer slower than this is listed with its time in the
 SETTLE_S = 2.0  # quiet between rows: the last backlog scores, sockets settle
 
 
+HONEST_ADDRESS = "127.0.0.1"
+# A row: (mashers, addresses) or (mashers, addresses, spread). addresses 0: the mashers send
+# from the honest players' address; K: from 127.0.0.2 … 127.0.0.K+1, and with spread the
+# honest players' guesses come from those same K addresses (round robin), else from their own.
+Row = tuple[int, int] | tuple[int, int, bool]
+SERVER_CPU = 0  # bench_door pins the server (`up` and every child) here
+CLIENT_CPU = 1  # and itself and its masher processes here
+
+
 @dataclass
 class Options:
-    rows: list[tuple[int, int]] = field(default_factory=lambda: parse_rows(ROWS))
-    duration: float = 10.0
+    rows: list[Row] = field(default_factory=lambda: parse_rows(ROWS))
+    duration: float = 8.0
     players: int = 100
     honest_rate: float = 30.0
     masher_in_flight: int = 8
@@ -94,20 +113,43 @@ class Options:
     progress: bool = True
     seed: int = 7
     door_slots: int = 16  # the web's --door-in-flight (the cost of a 503 fills them)
+    masher_procs: int = 0  # masher processes per row; 0: one per 100 mashers
+    costs: bool = True
+    pin: bool = False  # main(): the server on SERVER_CPU, the clients on CLIENT_CPU
+    server_rev: str | None = None  # main(): the server of this git revision
     json: Path | None = None
 
 
-def parse_rows(text: str) -> list[tuple[int, int]]:
-    """``mashers:addresses`` rows; ``replay:K`` is the replay loop with K sockets, kept as
-    ``(REPLAY, K)``."""
-    rows = []
+def parse_rows(text: str) -> list[Row]:
+    """``mashers:addresses[:spread]`` rows (``same`` for the honest players' address);
+    ``replay:K`` is the replay loop with K sockets, kept as ``(REPLAY, K)``."""
+    rows: list[Row] = []
     for part in text.split(","):
-        mashers, _, addresses = part.strip().partition(":")
+        mashers, _, rest = part.strip().partition(":")
+        addresses, _, spread = rest.partition(":")
         if mashers == "replay":
             rows.append((REPLAY, int(addresses or "5")))
             continue
-        rows.append((int(mashers), int(addresses or "1") if int(mashers) else 0))
+        n = int(mashers)
+        k = 0 if addresses == "same" or not n else int(addresses or "1")
+        rows.append((n, k, True) if spread == "spread" and k else (n, k))
     return rows
+
+
+def masher_address(i: int, addresses: int) -> str:
+    """Masher ``i``'s client address: the honest players' with ``addresses`` 0."""
+    return f"127.0.0.{2 + i % addresses}" if addresses else HONEST_ADDRESS
+
+
+def row_label(mashers: int, addresses: int, spread: bool) -> str:
+    if mashers == REPLAY:
+        return f"replay loop ({addresses} sockets, after=0)"
+    if not mashers:
+        return "none (alone)"
+    if not addresses:
+        return f"{mashers} (the honest players' address)"
+    where = f"{addresses} address{'es' if addresses != 1 else ''}"
+    return f"{mashers} ({where}; honest {'spread over them' if spread else 'on another'})"
 
 
 # -- honest players ---------------------------------------------------------------------------
@@ -148,6 +190,25 @@ class Honest:
         self.palette: list[str] = []
         self.length = 4
         self.tasks: set[asyncio.Task[None]] = set()
+        # > 0: each player's guesses come from masher_address(player, spread), not its own
+        self.spread = 0
+        self.others: dict[str, httpx.AsyncClient] = {}
+
+    def client(self, player: int) -> httpx.AsyncClient:
+        """The player's HTTP client: its own address's, or the one it is spread to."""
+        if not self.spread:
+            return self.http
+        address = masher_address(player, self.spread)
+        http = self.others.get(address)
+        if http is None:
+            http = self.others[address] = httpx.AsyncClient(
+                base_url=self.base,
+                timeout=httpx.Timeout(30, connect=5),
+                limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+                transport=httpx.AsyncHTTPTransport(local_address=address),
+                trust_env=False,
+            )
+        return http
 
     async def setup(self) -> None:
         rnd = (await self.http.get("/api/round")).json()
@@ -190,7 +251,7 @@ class Honest:
         self.sent.append(s)
         guess = [self.rng.choice(self.palette) for _ in range(self.length)]
         try:
-            r = await self.http.post(
+            r = await self.client(player).post(
                 "/api/guesses",
                 json={"round_id": self.round_id, "guess": guess},
                 headers={
@@ -235,6 +296,8 @@ class Honest:
             task.cancel()
         await asyncio.gather(*self.readers, return_exceptions=True)
         await self.http.aclose()
+        for http in self.others.values():
+            await http.aclose()
 
 
 def honest_figures(h: Honest, t0: float, t1: float) -> dict[str, Any]:
@@ -372,20 +435,24 @@ async def mash_loop(
 
 class CpuTrace:
     """Every process's CPU seconds (and its main thread's wait for a CPU, ``@wait``)
-    sampled every :data:`CPU_SAMPLE_S`, to read any window. ``mash`` (the masher child)
-    and ``bench`` (this process) are in it too."""
+    sampled every :data:`CPU_SAMPLE_S`, to read any window: the server's (``up`` and its
+    children, by role) and the clients' (``bench``, this process, and ``mash…``, the
+    masher processes of the row)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
-        import os
-
         self.pids = {**pids, "bench": os.getpid()}
         self.samples: list[tuple[float, dict[str, float]]] = []
+        self._last: dict[str, float] = {}
 
     def sample(self) -> None:
         cpu: dict[str, float] = {}
         for role, pid in self.pids.items():
-            cpu[role] = proc_cpu_seconds(pid) or 0.0
-            cpu[f"{role}@wait"] = proc_runqueue_wait_seconds(pid) or 0.0
+            # a process gone since (a masher process after its row) keeps its last figure
+            cpu[role] = proc_cpu_seconds(pid) or self._last.get(role, 0.0)
+            cpu[f"{role}@wait"] = proc_runqueue_wait_seconds(pid) or self._last.get(
+                f"{role}@wait", 0.0
+            )
+        self._last = cpu
         self.samples.append((time.monotonic(), cpu))
 
     async def run(self) -> None:
@@ -394,12 +461,24 @@ class CpuTrace:
             await asyncio.sleep(CPU_SAMPLE_S)
 
     def over(self, t0: float, t1: float) -> dict[str, float]:
-        """Cores each role used on average over [t0, t1]."""
+        """Cores each role used on average over [t0, t1], and ``server`` / ``client``:
+        the sums of both sides."""
         inside = [s for s in self.samples if t0 <= s[0] <= t1]
         if len(inside) < 2:
             return {}
         (a, ca), (b, cb) = inside[0], inside[-1]
-        return {role: round((cb[role] - ca[role]) / (b - a), 3) for role in ca if role in cb}
+        out = {role: round((cb[role] - ca[role]) / (b - a), 3) for role in ca if role in cb}
+        cores = {k: v for k, v in out.items() if "@" not in k}
+        client = {k: v for k, v in cores.items() if is_client(k)}
+        if any(k.startswith("mash") for k in client):
+            out["mash"] = round(sum(v for k, v in client.items() if k.startswith("mash")), 3)
+        out["client"] = round(sum(client.values()), 3)
+        out["server"] = round(sum(v for k, v in cores.items() if not is_client(k)), 3)
+        return out
+
+
+def is_client(role: str) -> bool:
+    return role == "bench" or role.startswith("mash")
 
 
 class DoorTrace:
@@ -432,18 +511,36 @@ class DoorTrace:
 
 
 def game_pids(up: Up) -> dict[str, int]:
-    out: dict[str, int] = {}
+    """Every process of the server by role: ``up`` itself, ``web``, ``valkey``,
+    ``workerN``, and any other child as ``proc<pid>``."""
+    out: dict[str, int] = {"up": up.proc.pid} if up.proc is not None else {}
     workers = 0
     for pid in sorted(up.track()):
         line = cmdline(pid)
-        if "codemojex web" in line:
+        if "codemojex web" in line and "web" not in out:
             out["web"] = pid
         elif "valkey-server" in line:
             out["valkey"] = pid
         elif "worker" in line and "python" in line:
             workers += 1
             out[f"worker{workers}"] = pid
+        else:
+            out[f"proc{pid}"] = pid
     return out
+
+
+def cpus_allowed(pid: int) -> str:
+    """The CPUs ``pid`` may run on (``Cpus_allowed_list`` of /proc/<pid>/status)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def pinning(pids: dict[str, int]) -> dict[str, str]:
+    """Each role's allowed CPUs, for the processes alive now."""
+    return {role: cpus_allowed(pid) for role, pid in pids.items() if cpus_allowed(pid) != "?"}
 
 
 # -- rows ----------------------------------------------------------------------------------------
@@ -525,6 +622,144 @@ async def replay_row(up: Up, honest: Honest, opts: Options, sockets: int) -> dic
     }
 
 
+@dataclass
+class MasherSpec:
+    """One masher process's part of a row: its mashers, each from ``addresses[i]``."""
+
+    port: int
+    round_id: str
+    palette: list[str]
+    length: int
+    addresses: list[str]
+    in_flight: int
+    duration: float
+    seed: int
+    name: str
+    drain_s: float = 60.0
+
+
+async def run_mashers(spec: MasherSpec) -> dict[str, Any]:
+    """A masher process's work: sign its mashers up (each from its address), open a socket
+    each (scores counted per job, to check every accepted guess is scored once), run their
+    closed loops for ``duration``, wait for the accepted guesses' scores, and read every
+    masher's guesses back (``GET /api/guesses``): what the verdict needs."""
+    base = f"http://127.0.0.1:{spec.port}"
+    clients = {
+        a: httpx.AsyncClient(
+            base_url=base,
+            timeout=30,
+            transport=httpx.AsyncHTTPTransport(local_address=a),
+            trust_env=False,
+        )
+        for a in set(spec.addresses)
+    }
+    scores: dict[str, int] = {}
+    sockets: list[ClientConnection] = []
+    readers: list[asyncio.Task[None]] = []
+
+    async def read(sock: ClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            async for raw in sock:
+                data = raw if isinstance(raw, bytes) else raw.encode()
+                if b'"type":"score"' in data:
+                    job = str(orjson.loads(data).get("job_id"))
+                    scores[job] = scores.get(job, 0) + 1
+
+    async def patient(method: str, address: str, path: str, **kw: Any) -> httpx.Response:
+        for _ in range(30):
+            r = await clients[address].request(method, path, **kw)
+            if r.status_code not in (429, 503):
+                return r
+            await asyncio.sleep(int(r.headers.get("retry-after", "1")))
+        return r
+
+    try:
+        tokens = []
+        for i, address in enumerate(spec.addresses):
+            r = await patient("POST", address, "/api/players", json={"name": f"{spec.name}-{i}"})
+            r.raise_for_status()
+            tokens.append(str(r.json()["token"]))
+        ws = f"ws://127.0.0.1:{spec.port}/ws?token="
+        for token, address in zip(tokens, spec.addresses, strict=True):
+            sock = await connect(
+                ws + quote(token), compression=None, local_addr=(address, 0), open_timeout=30
+            )
+            sockets.append(sock)
+            readers.append(asyncio.create_task(read(sock)))
+        tally = MashTally()
+        rng = random.Random(spec.seed)
+        started, t0 = time.time(), time.monotonic()
+        await asyncio.gather(
+            *(
+                mash_loop(
+                    spec.port,
+                    token,
+                    spec.round_id,
+                    spec.palette,
+                    spec.length,
+                    t0 + spec.duration,
+                    tally,
+                    source=address,
+                    rng=random.Random(rng.random()),
+                )
+                for token, address in zip(tokens, spec.addresses, strict=True)
+                for _ in range(spec.in_flight)
+            )
+        )
+        load_s = time.monotonic() - t0
+        accepted = set(tally.accepted)
+        deadline = time.monotonic() + spec.drain_s
+        while time.monotonic() < deadline and any(j not in scores for j in accepted):
+            await asyncio.sleep(0.2)
+        stored: dict[str, dict[str, Any]] = {}
+        for token, address in zip(tokens, spec.addresses, strict=True):
+            r = await patient(
+                "GET",
+                address,
+                f"/api/guesses?round_id={spec.round_id}",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            for g in r.json().get("guesses", []) if r.status_code == 200 else []:
+                stored[str(g["job_id"])] = g
+    finally:
+        for sock in sockets:
+            with contextlib.suppress(Exception):
+                await sock.close()
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for http in clients.values():
+            await http.aclose()
+    unscored = [j for j in accepted if not scores.get(j)]
+    unstored = [
+        j
+        for j in accepted
+        if stored.get(j, {}).get("state") != "completed" or stored.get(j, {}).get("score") is None
+    ]
+    return {
+        "load_started_at": started,
+        "load_s": load_s,
+        "statuses": {str(k): v for k, v in sorted(tally.statuses.items())},
+        "submitted": sum(tally.statuses.values()),
+        "accepted": len(tally.accepted),
+        "errors": dict(tally.errors),
+        # lost: accepted and never scored on its socket, or not stored completed with a
+        # score; doubled: scored twice on its socket, or one job answered 202 twice
+        "lost": len(set(unscored) | set(unstored)),
+        "doubled": sum(1 for j in accepted if scores.get(j, 0) > 1)
+        + len(tally.accepted)
+        - len(accepted),
+        "scored": sum(1 for j in accepted if scores.get(j)),
+    }
+
+
+def masher_child(spec_path: Path, out_path: Path) -> int:
+    """``python -m bench.bench_door masher-child SPEC OUT``: a masher process."""
+    spec = MasherSpec(**orjson.loads(spec_path.read_bytes()))
+    out_path.write_bytes(orjson.dumps(asyncio.run(run_mashers(spec))))
+    return 0
+
+
 async def masher_row(
     up: Up,
     honest: Honest,
@@ -534,48 +769,74 @@ async def masher_row(
     addresses: int,
     out_dir: Path,
 ) -> dict[str, Any]:
-    report = out_dir / f"mash-{mashers}-{addresses}"
-    argv = [
-        *(sys.executable, "-m", "codemojex", "mash", "--url", up.base),
-        *("--players", "0", "--mashers", str(mashers)),
-        *("--masher-addresses", str(addresses), "--masher-in-flight", str(opts.masher_in_flight)),
-        *("--duration", str(opts.duration), "--drain-timeout", "60", "--no-progress"),
-        *("--seed", str(opts.seed), "--report", str(report)),
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    cpu.pids["mash"] = proc.pid
+    """Mashers from processes of their own (one per 100 mashers, or ``--masher-procs``),
+    started from this process and so on its CPU, while the honest load runs here."""
+    procs = opts.masher_procs or max(1, -(-mashers // 100))
+    procs = min(procs, mashers)
+    everyone = [masher_address(i, addresses) for i in range(mashers)]
+    children = []
+    for j in range(procs):
+        spec = MasherSpec(
+            port=up.port,
+            round_id=honest.round_id,
+            palette=honest.palette,
+            length=honest.length,
+            addresses=everyone[j::procs],
+            in_flight=opts.masher_in_flight,
+            duration=opts.duration,
+            seed=opts.seed + j,
+            name=f"masher-{mashers}-{addresses}-{j}",
+        )
+        spec_path = out_dir / f"mash-{mashers}-{addresses}-{j}.json"
+        spec_path.write_bytes(orjson.dumps(asdict(spec)))
+        out_path = spec_path.with_suffix(".out.json")
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "bench.bench_door", "masher-child"),
+            *(str(spec_path), str(out_path)),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        cpu.pids["mash" if j == 0 else f"mash{j + 1}"] = proc.pid
+        children.append((proc, out_path, cpus_allowed(proc.pid)))
     started = time.monotonic()
-    waited = asyncio.ensure_future(proc.communicate())
+    waited = asyncio.ensure_future(asyncio.gather(*(p.communicate() for p, _, _ in children)))
     await honest.run_until(opts.honest_rate, waited)
-    stdout, stderr = await waited
-    text = stdout.decode(errors="replace").strip()
-    if not (report / "results.json").exists():  # the child could not run: say why
-        why = (stderr.decode(errors="replace").strip() or text).splitlines()[-1:]
-        return {
-            "window": (started, time.monotonic()),
-            "mashers": None,
-            "verdict": f"mash failed: {why[0] if why else '?'}",
-            "exit": proc.returncode,
-        }
-    results = orjson.loads((report / "results.json").read_bytes())
-    summary = results["summary"]
-    # The child's load window on the wall clock, on this process's monotonic clock.
-    start = summary["load_started_at"] - time.time() + time.monotonic()
-    masher = next(c for c in summary["classes"] if c["class"] == "masher")
+    outputs = await waited
+    pinned = {f"mash{j + 1}": cpus for j, (_, _, cpus) in enumerate(children)}
+    results = []
+    for (proc, out_path, _), (_, stderr) in zip(children, outputs, strict=True):
+        if proc.returncode != 0 or not out_path.exists():
+            why = stderr.decode(errors="replace").strip().splitlines()[-1:]
+            return {
+                "window": (started, time.monotonic()),
+                "mashers": None,
+                "verdict": f"mash failed: {why[0] if why else '?'}",
+                "exit": proc.returncode or 1,
+            }
+        results.append(orjson.loads(out_path.read_bytes()))
+    # The processes' load windows on the wall clock, on this process's monotonic clock.
+    shift = time.monotonic() - time.time()
+    start = min(r["load_started_at"] for r in results) + shift
+    end = max(r["load_started_at"] + r["load_s"] for r in results) + shift
+    statuses: Counter[str] = Counter()
+    for r in results:
+        statuses.update(r["statuses"])
+    total = {k: sum(r[k] for r in results) for k in ("submitted", "accepted", "lost", "doubled")}
+    scored = sum(r["scored"] for r in results)
     return {
-        "window": (start, start + summary["load_s"]),
+        "window": (start, end),
         "mashers": {
-            "submitted": masher["submitted"],
-            "accepted": masher["accepted"],
-            "statuses": masher["statuses"],
-            "overloaded": masher["overloaded_503"],
-            "rate_limited": masher["rate_limited"],
+            **total,
+            "statuses": dict(sorted(statuses.items())),
+            "overloaded": statuses.get("503", 0),
+            "rate_limited": statuses.get("429", 0),
+            "processes": procs,
+            "pinned": pinned,
         },
-        "verdict": text.splitlines()[-1] if text else stderr.decode(errors="replace")[-300:],
-        "problems": [line.strip() for line in text.splitlines() if "problem:" in line][:10],
-        "exit": proc.returncode,
+        "verdict": f"lost: {total['lost']}, doubled: {total['doubled']}, "
+        f"accepted: {total['accepted']}, scored: {scored}",
+        "exit": 0 if total["lost"] == total["doubled"] == 0 else 1,
     }
 
 
@@ -593,9 +854,11 @@ async def run_rows(
     )
     with progress:
         bar = progress.add_task("rows", total=len(opts.rows))
-        for mashers, addresses in opts.rows:
-            label = f"{mashers} mashers from {addresses} address(es)" if mashers else "alone"
-            progress.update(bar, description=f"row: {label}")
+        for spec in opts.rows:
+            mashers, addresses = spec[0], spec[1]
+            spread = len(spec) > 2 and bool(spec[2])
+            progress.update(bar, description=f"row: {row_label(mashers, addresses, spread)}")
+            honest.spread = addresses if spread else 0
             if mashers == REPLAY:
                 row = await replay_row(up, honest, opts, addresses)
             elif mashers:
@@ -609,16 +872,28 @@ async def run_rows(
                     "verdict": "",
                     "exit": 0,
                 }
+            honest.spread = 0
             await asyncio.sleep(SETTLE_S)  # the window's last scores arrive
             t0, t1 = row.pop("window")
+            figures = honest_figures(honest, t0, t1)
+            cores = cpu.over(t0, t1)
+            accepted = figures["accepted"] + (row["mashers"] or {}).get("accepted", 0)
             row |= {
                 "mashers_n": mashers,
                 "addresses": addresses,
-                "honest": honest_figures(honest, t0, t1),
-                "cores": cpu.over(t0, t1),
+                "spread": spread,
+                "honest": figures,
+                "cores": cores,
+                "cpu_ms_per_accepted": {
+                    side: round(cores[side] * (t1 - t0) * 1000 / accepted, 3)
+                    for side in ("server", "client")
+                    if accepted and side in cores
+                },
                 "door": door.over(t0, t1),
+                "pinned": pinning({k: v for k, v in cpu.pids.items() if not k.startswith("mash")}),
             }
-            cpu.pids.pop("mash", None)
+            for role in [r for r in cpu.pids if r.startswith("mash")]:
+                del cpu.pids[role]
             rows.append(row)
             progress.advance(bar)
     return rows
@@ -777,10 +1052,10 @@ def baseline(rows: list[dict[str, Any]], figure: str) -> float | None:
     return alone[mid] if len(alone) % 2 else (alone[mid - 1] + alone[mid]) / 2
 
 
-def _cores(c: dict[str, float]) -> str:
-    game = sum(v for k, v in c.items() if "@" not in k and k not in ("mash", "bench"))
-    mash = f"{c['mash']:.2f}" if "mash" in c else "—"
-    return f"{c.get('web', 0):.2f} / {game:.2f} / {mash}"
+def _side(r: dict[str, Any], side: str) -> str:
+    cores = r["cores"].get(side)
+    each = r.get("cpu_ms_per_accepted", {}).get(side)
+    return f"{_f(cores)} / {_f(each)}"
 
 
 def print_tables(result: dict[str, Any], console: Console) -> None:
@@ -802,7 +1077,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         "honest accepted",
         "honest other answers",
         "what the mashers were told",
-        "cores: web / game / mash",
+        "server: cores / CPU ms per accepted guess",
+        "clients: cores / CPU ms per accepted guess",
         "web waited for a CPU",
         "door bound / working / waiting",
         "mash verdict",
@@ -830,11 +1106,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             )
         verdict = r["verdict"].split(", kills")[0] if r["verdict"] else ""
         t.add_row(
-            f"replay loop ({r['addresses']} sockets, after=0)"
-            if r["mashers_n"] == REPLAY
-            else f"{r['mashers_n']} ({r['addresses']} address{'es' if r['addresses'] != 1 else ''})"
-            if r["mashers_n"]
-            else "none (alone)",
+            row_label(r["mashers_n"], r["addresses"], r.get("spread", False)),
             f"{_f(h['send_to_score_ms']['p50'])} / {_f(p99)}",
             f"{p99 / base:.1f}×" if p99 and base else "—",
             _f(h["steady_send_to_score_p99_ms"]),
@@ -845,13 +1117,17 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             else "—",
             ", ".join(f"{v} × {k}" for k, v in h["not_accepted"].items()) or "none",
             told,
-            _cores(r["cores"]),
+            _side(r, "server"),
+            _side(r, "client"),
             _f(round(100 * r["cores"].get("web@wait", 0), 1), " %"),
             " / ".join(_f(r["door"].get(k)) for k in ("limit", "working", "waiting")),
             verdict + ("" if r["exit"] == 0 else f" (exit {r['exit']})"),
         )
     console.print(t)
+    console.print(pinned_line(result))
     c = result["costs"]
+    if c is None:
+        return
     t = Table(
         title="What an answer costs the web process (CPU from /proc, idle subtracted)",
         title_justify="left",
@@ -881,6 +1157,24 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     )
 
 
+def pinned_line(result: dict[str, Any]) -> str:
+    """Where each side ran, as /proc said at each row's end (every server process) and at
+    each masher process's start."""
+    server = sorted(
+        {c for r in result["rows"] for k, c in r.get("pinned", {}).items() if k != "bench"}
+    )
+    client = sorted(
+        {r["pinned"]["bench"] for r in result["rows"] if "bench" in r.get("pinned", {})}
+        | {c for r in result["rows"] for c in ((r["mashers"] or {}).get("pinned") or {}).values()}
+    )
+    pin = result.get("pin")
+    head = f"pinned: server on CPU {pin[0]}, clients on CPU {pin[1]}" if pin else "not pinned"
+    return (
+        f"{head}; Cpus_allowed_list seen: server processes {', '.join(server) or '—'}, "
+        f"client processes {', '.join(client) or '—'}"
+    )
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -895,7 +1189,11 @@ async def measure(opts: Options, up: Up, out_dir: Path) -> dict[str, Any]:
     door_tracer = asyncio.create_task(door.run())
     try:
         rows = await run_rows(up, honest, opts, cpu, door, out_dir)
-        cost = await costs(up, honest, pids["web"], opts.cost_requests, opts.door_slots)
+        cost = (
+            await costs(up, honest, pids["web"], opts.cost_requests, opts.door_slots)
+            if opts.costs
+            else None
+        )
     finally:
         tracer.cancel()
         door_tracer.cancel()
@@ -906,7 +1204,7 @@ async def measure(opts: Options, up: Up, out_dir: Path) -> dict[str, Any]:
 def parse(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default=ROWS, help=f"mashers:addresses,… ({ROWS})")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds per row (10)")
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per row (8)")
     p.add_argument("--players", type=int, default=100, help="honest players (100)")
     p.add_argument("--honest-rate", type=float, default=30.0, help="honest guesses a second (30)")
     p.add_argument("--masher-in-flight", type=int, default=8, help="requests per masher (8)")
@@ -917,6 +1215,22 @@ def parse(argv: list[str] | None = None) -> Options:
         help="an extra `up` flag, e.g. --up-arg=--door-in-flight=32",
     )
     p.add_argument("--cost-requests", type=int, default=600, help="answers per cost burst (600)")
+    p.add_argument(
+        "--masher-procs", type=int, default=0, help="masher processes a row (0: one per 100)"
+    )
+    p.add_argument("--no-costs", action="store_true", help="skip the cost of an answer")
+    p.add_argument(
+        "--no-pin",
+        action="store_true",
+        help=f"leave the processes where the kernel puts them (default: the server on CPU "
+        f"{SERVER_CPU}, this process and its mashers on CPU {CLIENT_CPU})",
+    )
+    p.add_argument(
+        "--server-rev",
+        default=None,
+        metavar="REV",
+        help="run the server of git revision REV (a temporary worktree), this bench's clients",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
@@ -930,6 +1244,10 @@ def parse(argv: list[str] | None = None) -> Options:
         cost_requests=a.cost_requests,
         progress=not a.no_progress,
         door_slots=_door_slots(a.up_arg),
+        masher_procs=a.masher_procs,
+        costs=not a.no_costs,
+        pin=not a.no_pin,
+        server_rev=a.server_rev,
         json=a.json,
     )
     return opts
@@ -942,19 +1260,55 @@ def _door_slots(up_args: list[str]) -> int:
     return 16
 
 
+def start_pinned(up: Up, pin: bool) -> tuple[int, int] | None:
+    """Start ``up`` on :data:`SERVER_CPU` (it forks every child from there, so they all run
+    on it) and keep this process, and the masher processes it starts, on
+    :data:`CLIENT_CPU`; on a machine with fewer than two CPUs, leave both where they are."""
+    if not pin or len(os.sched_getaffinity(0)) < 2:
+        up.start()
+        return None
+    os.sched_setaffinity(0, {SERVER_CPU})
+    try:
+        up.start()
+    finally:
+        os.sched_setaffinity(0, {CLIENT_CPU})
+    return SERVER_CPU, CLIENT_CPU
+
+
+def check_pinned(up: Up, cpus: tuple[int, int] | None) -> None:
+    """Every server process on its CPU, or say which is not (a benchmark then measures the
+    client's share of the server's core)."""
+    if cpus is None:
+        return
+    wrong = {r: c for r, c in pinning(game_pids(up)).items() if c != str(cpus[0])}
+    if wrong:
+        raise SystemExit(f"server processes not on CPU {cpus[0]}: {wrong}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["masher-child"]:
+        return masher_child(Path(argv[1]), Path(argv[2]))
     opts = parse(argv)
     console = Console(highlight=False, width=200)
-    with tempfile.TemporaryDirectory(prefix="bench-door-") as tmp:
-        up = Up(Path(tmp) / "data", "--round-seconds", str(ROUND_SECONDS), *opts.up_args)
+    with tempfile.TemporaryDirectory(prefix="bench-door-") as tmp, contextlib.ExitStack() as stack:
+        root = ROOT
+        if opts.server_rev:
+            from bench.bench_game import baseline_tree
+
+            root = stack.enter_context(baseline_tree(opts.server_rev, Path(tmp) / "server")).path
+        up = Up(Path(tmp) / "data", "--round-seconds", str(ROUND_SECONDS), *opts.up_args, root=root)
         try:
-            up.start().wait_ready(60)
+            cpus = start_pinned(up, opts.pin)
+            up.wait_ready(60)
+            check_pinned(up, cpus)
             result = asyncio.run(measure(opts, up, Path(tmp)))
+            check_pinned(up, cpus)
         finally:
             with contextlib.suppress(Exception):
                 up.stop()
             up.kill_everything()
-    result |= {"options": asdict(opts), "machine": machine()}
+    result |= {"options": asdict(opts), "machine": machine(), "pin": cpus}
     print_tables(result, console)
     if opts.json is not None:
         opts.json.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
