@@ -294,6 +294,13 @@ def _nginx_blocks(text: str) -> dict[str, str]:
     }
 
 
+def _server_level(conf: str) -> str:
+    """The ``server { … }`` block without the blocks nested in it."""
+    body = _nginx_location(re.sub(r"#[^\n]*", "", conf), r"server")
+    assert body is not None
+    return re.sub(r"\{[^{}]*\}", "{}", body)
+
+
 def test_the_proxy_round_robins_over_web_and_carries_websockets(compose: dict[str, Any]) -> None:
     proxy = compose["services"]["proxy"]
     assert proxy["image"].startswith(("nginx:", "haproxy:", "caddy:"))
@@ -308,8 +315,13 @@ def test_the_proxy_round_robins_over_web_and_carries_websockets(compose: dict[st
     assert not re.search(r"\b(ip_hash|hash|sticky|least_conn)\b", blocks[upstream])
     ws = blocks["location /ws"]
     assert f"proxy_pass http://{upstream.split()[1]}" in ws
-    assert re.search(r"proxy_set_header\s+Upgrade\s+\$http_upgrade\s*;", ws)
-    assert re.search(r"proxy_set_header\s+Connection\s+\$connection_upgrade\s*;", ws)
+    # The headers are set once, for every location: a location with a proxy_set_header of
+    # its own would inherit none of them (no X-Forwarded-For, no Host).
+    server_level = _server_level(conf)
+    assert re.search(r"proxy_set_header\s+Upgrade\s+\$http_upgrade\s*;", server_level)
+    assert re.search(r"proxy_set_header\s+Connection\s+\$connection_upgrade\s*;", server_level)
+    for head, body in blocks.items():
+        assert "proxy_set_header" not in body, f"{head} drops the server's proxy headers"
     assert re.search(r"map\s+\$http_upgrade\s+\$connection_upgrade", conf)
     assert re.search(r"proxy_http_version\s+1\.1\s*;", conf)
     # The app checks a browser's Origin against Host: the proxy must not rewrite it.
@@ -528,6 +540,101 @@ def test_the_proxy_does_not_route_metrics(compose: dict[str, Any]) -> None:
     assert _nginx_location("location = /x { return 404 '{}'; }", "location = /x") == (
         " return 404 '{}'; "
     )
+
+
+# -- the proxy's limits ------------------------------------------------------------------------
+
+
+def _nginx_conf() -> str:
+    return re.sub(r"#[^\n]*", "", (DEPLOY / "nginx" / "nginx.conf").read_text(encoding="utf-8"))
+
+
+def _directive(conf: str, name: str) -> str:
+    (value,) = re.findall(rf"^\s*{name}\s+([^;]+);", conf, re.MULTILINE)
+    return str(value).strip()
+
+
+def _seconds(value: str) -> float:
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)?", value)
+    assert m is not None, value
+    return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m[2]]
+
+
+def test_the_proxy_limits_each_address_far_above_a_crowd_of_honest_players() -> None:
+    from web.connections import HTTP_ROOM
+
+    conf = _nginx_conf()
+    server = _server_level(conf)
+    config = Config()
+    zone = re.search(
+        r"limit_req_zone\s+\$binary_remote_addr\s+zone=(\w+):\d+m\s+rate=(\d+)r/s", conf
+    )
+    assert zone is not None
+    rate = int(zone[2])
+    req = re.search(rf"limit_req\s+zone={zone[1]}\s+burst=(\d+)\s+nodelay\s*;", server)
+    assert req is not None, "limit_req (with nodelay: a burst is served, not queued) per server"
+    # An address carries a classroom: the players it may start at once, each loading the
+    # page's ~10 requests, fit in the burst; a thousand players at one request a second, in
+    # the rate; one player at the game's own limit is a small part of either.
+    assert int(req[1]) >= config.player_burst * 10
+    assert rate >= 1000 and rate >= 100 * config.guess_rate
+    conn = re.search(r"limit_conn_zone\s+\$binary_remote_addr\s+zone=(\w+):", conf)
+    assert conn is not None
+    (cap,) = re.findall(rf"limit_conn\s+{conn[1]}\s+(\d+)\s*;", server)
+    assert int(cap) == config.connections_per_address
+    # nginx holds what two web replicas admit (each connection twice: client, upstream).
+    replica = config.sockets_per_process + HTTP_ROOM
+    workers = int(_directive(conf, "worker_connections"))
+    assert workers >= 2 * 2 * replica
+    assert int(_directive(conf, "worker_rlimit_nofile")) > workers
+
+
+def test_the_proxys_refusals_are_the_contracts_json_and_its_timeouts_are_short() -> None:
+    from web.connections import HEAD_TIMEOUT_S
+    from web.server import KEEP_ALIVE_S
+
+    conf = _nginx_conf()
+    server = _server_level(conf)
+    assert _directive(conf, "limit_req_status") == "503"
+    assert _directive(conf, "limit_conn_status") == "503"
+    refusals = {
+        "503": ("503", "overloaded", True),
+        "502": ("503", "unavailable", True),
+        "413": ("413", "body_too_large", False),
+    }
+    pages: dict[str, tuple[str, str]] = {}
+    for codes, forced, target in re.findall(
+        r"error_page\s+([\d\s]+?)\s+(?:=(\d+)\s+)?(@\w+)\s*;", server
+    ):
+        for code in codes.split():
+            pages[code] = (forced, target)
+    for code, (status, error, retry_after) in refusals.items():
+        forced, target = pages[code]
+        body = _nginx_location(conf, rf"location\s+{target}")
+        assert body is not None, target
+        returned = re.search(r"return\s+(\d+)\s+'([^']*)'\s*;", body)
+        assert returned is not None and returned[1] == status, (code, body)
+        assert forced in ("", status), f"error_page {code} answers {forced or code}, not {status}"
+        assert json.loads(returned[2])["error"] == error
+        assert "default_type application/json" in body
+        assert bool(re.search(r"add_header\s+Retry-After\s+\d+\s+always", body)) == retry_after
+    # A replica's own answers are passed on: no retry of a 503 (the door's shedding) on the
+    # other replica, no retry of a POST at all, nginx not rewriting a replica's errors.
+    retried = _directive(conf, "proxy_next_upstream").split()
+    assert set(retried) <= {"error", "timeout"}, retried
+    assert "proxy_intercept_errors on" not in conf
+    # Slow heads and bodies are cut as soon as the app cuts them; nginx drops an idle
+    # upstream connection before the app does.
+    assert _seconds(_directive(conf, "client_header_timeout")) <= HEAD_TIMEOUT_S
+    assert _seconds(_directive(conf, "client_body_timeout")) <= HEAD_TIMEOUT_S
+    assert _seconds(_directive(conf, "send_timeout")) <= 30
+    upstream = _nginx_blocks(conf)["upstream codemojex_web"]
+    (idle,) = re.findall(r"keepalive_timeout\s+(\w+)\s*;", upstream)
+    assert _seconds(idle) < KEEP_ALIVE_S
+    clients = re.findall(
+        r"^\s*keepalive_timeout\s+(\w+)\s*;", conf.replace(upstream, ""), re.MULTILINE
+    )
+    assert len(clients) == 1 and _seconds(clients[0]) <= 75
 
 
 # -- the image ---------------------------------------------------------------------------------
