@@ -41,7 +41,13 @@ CONFIG_VARS = {f"CODEMOJEX_{f.name.upper()}" for f in fields(Config) if f.name !
 KNOWN_VARS = CONFIG_VARS | {"CODEMOJEX_WORKER_ID", "CODEMOJEX_LOG_FORMAT"}
 ONE_SHOT = {"migrate", "valkey-cluster-init"}
 # Variables compose must refuse to start without (no default anywhere).
-REQUIRED_SECRETS = ("CODEMOJEX_ADMIN_TOKEN", "CODEMOJEX_METRICS_TOKEN", "GRAFANA_ADMIN_PASSWORD")
+REQUIRED_SECRETS = (
+    "CODEMOJEX_ADMIN_TOKEN",
+    "CODEMOJEX_METRICS_TOKEN",
+    "GRAFANA_ADMIN_PASSWORD",
+    "VALKEY_PASSWORD",
+)
+VALKEY_PASSWORD = r"\$\{VALKEY_PASSWORD:\?[^}]+\}"
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 
 
@@ -186,7 +192,8 @@ def test_urls_point_at_the_services_that_exist(either: dict[str, Any]) -> None:
         env = svc["environment"]
         if "CODEMOJEX_VALKEY_URL" in env:
             m = re.fullmatch(
-                r"redis://([\w-]+):6379/0(\?cluster=true)?", env["CODEMOJEX_VALKEY_URL"]
+                rf"redis://:{VALKEY_PASSWORD}@([\w-]+):6379/0(\?cluster=true)?",
+                env["CODEMOJEX_VALKEY_URL"],
             )
             assert m is not None and m[1] in services, name
         host = re.search(r"@([\w-]+):5432/", env["CODEMOJEX_DATABASE_URL"])
@@ -197,7 +204,7 @@ def test_blocks_are_shared_through_anchors_not_copied() -> None:
     text = COMPOSE.read_text(encoding="utf-8")
     assert text.count("<<: *app") == 3  # migrate, web, worker
     assert text.count("build: .") == 1
-    assert text.count("redis://valkey:6379") == 1
+    assert text.count("@valkey:6379") == 1
     assert text.count("postgresql://") <= 2  # the shared environment, and migrate's own
 
 
@@ -273,7 +280,7 @@ def test_the_cluster_file_runs_the_queue_on_three_durable_masters(
     for role in ("web", "worker"):
         name, svc = _role(cluster, role)
         url = svc["environment"]["CODEMOJEX_VALKEY_URL"]
-        assert url.endswith("?cluster=true") and "//valkey-1:" in url, name
+        assert url.endswith("?cluster=true") and "@valkey-1:" in url, name
         assert svc["depends_on"]["valkey-cluster-init"]["condition"] == (
             "service_completed_successfully"
         )
@@ -341,10 +348,21 @@ def test_web_trusts_the_proxys_forwarded_for_and_only_the_proxy_reaches_it(
     trusted = parse_forwarded_allow_ips(web["environment"].get("CODEMOJEX_FORWARDED_ALLOW_IPS", ""))
     assert trusted, "web trusts no proxy: every player would share the proxy's address"
     assert trusted != "*", "with * a client's own X-Forwarded-For entry would be its address"
-    networks = [ipaddress.ip_network(n) for n in trusted.split(",")]
-    assert all(n.is_private for n in networks), f"{name} trusts public addresses: {trusted}"
     assert "ports" not in web, f"{name} is published: any client could claim to be a proxy"
     proxy = either["services"]["proxy"]
+    # Exactly the proxy's own fixed address, on a network web shares with it, inside that
+    # network's subnet: no other container can claim to be the proxy.
+    fixed = {
+        net: how["ipv4_address"]
+        for net, how in proxy["networks"].items()
+        if isinstance(how, dict) and "ipv4_address" in how
+    }
+    (net, address) = next(iter(fixed.items()))
+    assert len(fixed) == 1 and trusted == address, (trusted, fixed)
+    assert net in _networks(web)
+    (pool,) = either["networks"][net]["ipam"]["config"]
+    assert ipaddress.ip_address(address) in ipaddress.ip_network(pool["subnet"])
+    assert ipaddress.ip_address(address).is_private
     assert proxy["ports"] and proxy["depends_on"][name]
     mount = next(v for v in proxy["volumes"] if v.endswith(":/etc/nginx/nginx.conf:ro"))
     conf = re.sub(r"#[^\n]*", "", (ROOT / mount.split(":")[0]).read_text(encoding="utf-8"))
@@ -540,6 +558,85 @@ def test_the_proxy_does_not_route_metrics(compose: dict[str, Any]) -> None:
     assert _nginx_location("location = /x { return 404 '{}'; }", "location = /x") == (
         " return 404 '{}'; "
     )
+
+
+# -- production: Valkey's password, networks, tokens ------------------------------------------
+
+
+def _networks(svc: dict[str, Any]) -> set[str]:
+    nets = svc.get("networks")
+    assert nets, "every service names its networks (the default one would join them all)"
+    return set(nets)
+
+
+def _valkeys(doc: dict[str, Any]) -> list[str]:
+    return [n for n in doc["services"] if re.fullmatch(r"valkey(-\d+)?", n)]
+
+
+def test_valkey_wants_a_required_password_that_every_client_carries(
+    either: dict[str, Any],
+) -> None:
+    """Without it any container on Valkey's network could forge the events the hub pushes
+    to players as scores. The password is ${VALKEY_PASSWORD:?…} everywhere: compose refuses
+    to start without it."""
+    services = either["services"]
+    for name in _valkeys(either):
+        svc = services[name]
+        argv = svc["command"]
+        assert argv[0] == "valkey-server"
+        password = argv[argv.index("--requirepass") + 1]
+        assert re.fullmatch(VALKEY_PASSWORD, password), f"{name}: {password!r}"
+        # valkey-cli (the health check, the cluster's create) authenticates from the env.
+        assert svc["environment"]["REDISCLI_AUTH"] == password, name
+        assert "PONG" in " ".join(svc["healthcheck"]["test"]), name
+    for name, svc in app_services(either).items():
+        url = svc["environment"].get("CODEMOJEX_VALKEY_URL")
+        if url is not None:
+            assert re.match(rf"redis://:{VALKEY_PASSWORD}@", url), name
+    if "valkey-cluster-init" in services:
+        init = services["valkey-cluster-init"]
+        assert re.fullmatch(VALKEY_PASSWORD, init["environment"]["REDISCLI_AUTH"])
+
+
+def test_each_network_joins_only_what_talks_over_it(either: dict[str, Any]) -> None:
+    """Prometheus and Grafana share no network with Valkey or PostgreSQL; Grafana reaches
+    only Prometheus; every connection the deployment makes still has a network."""
+    services = either["services"]
+    nets = {name: _networks(svc) for name, svc in services.items()}
+    assert set().union(*nets.values()) <= set(either["networks"])
+    stores = [*_valkeys(either), "postgres"]
+    for watcher in ("prometheus", "grafana"):
+        for store in stores:
+            assert not nets[watcher] & nets[store], f"{watcher} can reach {store}"
+    web, _ = _role(either, "web")
+    worker, _ = _role(either, "worker")
+    for peer in nets["grafana"]:
+        joined = {n for n, ns in nets.items() if peer in ns}
+        assert joined == {"grafana", "prometheus"}, f"Grafana's network {peer}: {joined}"
+    assert not nets["proxy"] & nets["postgres"] and not nets["proxy"] & nets[worker]
+    talks = [
+        ("proxy", web),
+        ("prometheus", web),
+        ("prometheus", worker),
+        ("grafana", "prometheus"),
+        (web, "postgres"),
+        (worker, "postgres"),
+        ("migrate", "postgres"),
+    ]
+    valkey_user = [web, worker] + (["valkey-cluster-init"] if "valkey-cluster-init" in nets else [])
+    talks += [(client, store) for client in valkey_user for store in _valkeys(either)]
+    for a, b in talks:
+        assert nets[a] & nets[b], f"{a} cannot reach {b}"
+    # The stores' network leads nowhere else.
+    (back,) = set.intersection(*(nets[s] for s in stores))
+    assert either["networks"][back].get("internal") is True
+
+
+def test_workers_get_no_admin_token(either: dict[str, Any]) -> None:
+    """Only web answers the admin API; a worker never reads the token."""
+    for name, svc in app_services(either).items():
+        if _run_args(svc["command"]).command != "web":
+            assert "CODEMOJEX_ADMIN_TOKEN" not in svc["environment"], name
 
 
 # -- the proxy's limits ------------------------------------------------------------------------
