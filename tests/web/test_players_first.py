@@ -2,9 +2,10 @@
 honest players behind the same address as closed-loop mashers keep their guesses while the
 mashers are shed; a player's request waiting at the door does not make its next one
 heavier; requests without a token are still held to their address's bound, as are the
-players past an honest pace behind it.
+players past an honest pace behind it, who hold at most three quarters of it.
 
-Each test runs its own uvicorn (the app in this process) on the module's private Valkey.
+Each test but the last runs its own uvicorn (the app in this process) on the module's
+private Valkey; the last drives the gate alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bench.bench_door import MashTally, mash_loop
 from tests.helpers import slow_request, sql_write_locked
 from tests.web.conftest import assert_error, bearer
 from tests.web.test_door import GUESS, serve
-from web.door import LIGHT_FLOOR
+from web.door import LIGHT_FLOOR, Gate, Shed, through
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -196,3 +197,34 @@ async def test_tokenless_requests_and_fast_players_are_held_to_their_address(
             for _, writer in held:
                 writer.close()
     assert gate.counts["shed_address"] == 2
+
+
+async def test_fast_players_leave_a_quarter_of_their_address_to_its_other_senders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The gate alone: mashers past an honest pace at their address's bound must not lock
+    # its sign-ups, pages, handshakes and tokens not yet known out.
+    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals here
+    gate = Gate(limit=16, wait_ms=500, address_limit=4)
+    release = asyncio.Event()
+
+    async def work() -> str:
+        await release.wait()
+        return "served"
+
+    now = gate.clock()
+    for _ in range(40):  # a masher's recent rate: 20 a second
+        gate.players.hit("masher", now)
+    mashing = [
+        asyncio.create_task(through(gate, "10.0.0.2", "masher", work, now=now)) for _ in range(4)
+    ]
+    await asyncio.sleep(0.01)
+    assert gate.fast_at_door == {"10.0.0.2": 3} and gate.at_door == {"10.0.0.2": 3}
+    newcomer = asyncio.create_task(through(gate, "10.0.0.2", None, work, now=now))
+    await asyncio.sleep(0.01)
+    assert gate.at_door == {"10.0.0.2": 4}
+    release.set()
+    answers = await asyncio.gather(*mashing, newcomer)
+    assert answers.count("served") == 4 and answers[-1] == "served", answers
+    assert sum(isinstance(a, Shed) and a.reason == "address" for a in answers) == 1
+    assert (gate.at_door, gate.fast_at_door, gate.tokens_at_door) == ({}, {}, {})
