@@ -9,8 +9,9 @@
 ``redis+cluster://host:port``, works too). ``--partitions N``: QUEUE is an
 :class:`~echomq.Partitioned` queue over N partitions (whose names the command derives, as
 every process of it does); the figures are summed over them. Exit status: 0 done; 1 the server refused the
-operation (no such job, a job that is not dead); 2 a bad command line or a server that
-cannot be reached, said in one line on stderr, never a traceback.
+operation (no such job, a job that is not dead); 2 a bad command line, a server that
+cannot be reached, or tables asked for without the ``cli`` extra (rich), said in one line
+on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,14 +23,20 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, fields
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import redis.exceptions
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+try:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+except ModuleNotFoundError as missing:  # the `cli` extra; --json needs none of it
+    _NO_RICH: str | None = f"tables need {missing.name}: pip install 'echomq[cli]' (or --json)"
+else:
+    _NO_RICH = None
 
 from . import registry
 from .connection import Client, connect
@@ -111,7 +118,10 @@ def _at_least(low: int) -> Callable[[str], int]:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
-    out = Console(highlight=False)
+    if _NO_RICH is not None and not args.json:
+        sys.exit(_fail(_NO_RICH, EXIT_UNREACHABLE))
+    # With --json every command prints to stdout before it would reach the console.
+    out = Console(highlight=False) if _NO_RICH is None else cast("Console", None)
     try:
         code = asyncio.run(_session(args, out))
     except KeyboardInterrupt:

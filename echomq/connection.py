@@ -33,13 +33,12 @@ import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.connection import HiredisRespSerializer
+from redis.utils import HIREDIS_AVAILABLE
 
-try:
-    from redis.connection import HiredisRespSerializer
-
-    _PACK: Any = HiredisRespSerializer().pack
-except ImportError:  # hiredis missing: keep redis-py's own packer
-    _PACK = None
+# redis-py defines its hiredis serializer whether or not hiredis imports (or is a release it
+# accepts); only its flag says whether packing with it would work.
+_PACK: Any = HiredisRespSerializer().pack if HIREDIS_AVAILABLE else None
 
 Client = redis.asyncio.Redis | RedisCluster
 
