@@ -12,6 +12,7 @@ nginx sees each as a different player's address; nginx reaches the web processes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -61,16 +62,18 @@ def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
 
 @pytest.fixture
 def start_nginx(tmp_path: Path) -> Iterator[Callable[..., Nginx]]:
-    """``start_nginx(*webs)``: the shipped config in front of ``webs``, stopped at exit."""
-    import contextlib
-
+    """``start_nginx(*webs)`` (a web process or a bare port each): the shipped config in
+    front of them, every nginx stopped at exit."""
     with contextlib.ExitStack() as stack:
+        started: list[Nginx] = []
 
         def start(*webs: Web | int) -> Nginx:
             ports = [w if isinstance(w, int) else w.port for w in webs]
-            prefix = tmp_path / f"nginx-{len(stack._exit_callbacks)}"  # type: ignore[attr-defined]
+            prefix = tmp_path / f"nginx-{len(started)}"
             prefix.mkdir()
-            return stack.enter_context(running_nginx([(PROXY, p) for p in ports], prefix))
+            nginx = stack.enter_context(running_nginx([(PROXY, p) for p in ports], prefix))
+            started.append(nginx)
+            return nginx
 
         yield start
 
