@@ -107,7 +107,7 @@ class Guesses:
     async def submit(
         self, player_id: str, round_id: str, guess: object, idempotency_key_: str | None = None
     ) -> Accepted:
-        """Accept one guess (CONTRACT §1, §4). Checks in the contract's order: the guess's
+        """Accept one guess (docs/contract.md §1, §4). Checks in the contract's order: the guess's
         shape (400), the round (404), an idempotency conflict or a closed round (409), the
         rate and the pending cap (429). One Valkey round trip once the round is cached."""
         cells = validate_guess(guess, self.config.palette, self.config.length)

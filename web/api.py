@@ -1,4 +1,4 @@
-"""The player API (CONTRACT §4): players, rounds, guesses, the leaderboard.
+"""The player API (docs/contract.md §4): players, rounds, guesses, the leaderboard.
 
 Checks run in the contract's order — 401, 413, 400, 404, 409, 429 — so the token is looked
 at before the body is read (a bad token with a huge body is a 401), the body's size before

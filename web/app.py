@@ -1,4 +1,4 @@
-"""``create_app(config)``: the Starlette app of one web process (CONTRACT §4).
+"""``create_app(config)``: the Starlette app of one web process (docs/contract.md §4).
 
 The lifespan connects the :class:`~codemojex.game.Game` (Valkey + SQL), starts the hub
 (the one events reader of this process) and closes both at shutdown. Routes live in

@@ -1,5 +1,5 @@
 """The door of a web process: how many API requests it works on at once, who waits, who is
-shed (CONTRACT §4, Overload).
+shed (docs/contract.md §4, Overload).
 
 Without a door, every request a client sent was worked on at once: past ~100 in flight
 redis-py's pool refused them all alike (``MaxConnectionsError``, ``503 unavailable`` to

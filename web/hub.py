@@ -96,7 +96,7 @@ def parse_event_id(value: str) -> tuple[int, int] | None:
 
 
 class ScoreMessage(TypedDict):
-    """The ``score`` message a player's socket gets (CONTRACT §4)."""
+    """The ``score`` message a player's socket gets (docs/contract.md §4)."""
 
     type: Literal["score"]
     event_id: str
@@ -157,7 +157,7 @@ class Hub:
         self._by_player: dict[str, set[Connection]] = {}
         self._by_address: dict[str, dict[Connection, None]] = {}  # in the order they came
         cfg = game.config
-        # A resume's reads, charged across connections (CONTRACT §4 "Overload").
+        # A resume's reads, charged across connections (docs/contract.md §4 "Overload").
         # Three full windows a minute per player (a page that resumes too far back is
         # charged the window it was refused), ten per address.
         per_player = 3 * cfg.replay_max_events

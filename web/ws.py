@@ -1,4 +1,4 @@
-"""``GET /ws?token=…[&after=<event_id>]``: one player's live socket (CONTRACT §4). The
+"""``GET /ws?token=…[&after=<event_id>]``: one player's live socket (docs/contract.md §4). The
 token may instead come as the subprotocol ``codemojex.token.<token>`` offered beside
 ``codemojex`` (what the page does, so no URL carries it: :func:`offered_token`).
 
