@@ -1,21 +1,24 @@
 """Valkey with a password, as compose runs it: the web server takes it in its Valkey URL
 (``redis://:PASSWORD@host:port/0``, CODEMOJEX_VALKEY_URL) and plays; without it, or with
-another, Valkey refuses the client."""
+another, Valkey refuses the client, and compose's health check says so."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from codemojex.config import Config
 from echomq import connection
-from echomq.server import EmbeddedValkey
-from tests.cli.running import WebProcess, web_processes
+from echomq.server import EmbeddedValkey, find_valkey_server
+from tests.cli.running import ROOT, WebProcess, web_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -51,3 +54,30 @@ def test_the_web_server_plays_on_a_valkey_that_wants_a_password(
     client = connection.connect_sync(url)
     assert client.ping() and client.dbsize() > 0  # the game's keys are on the locked server
     client.close()
+
+
+def test_compose_valkey_health_check_passes_with_the_password_only(
+    locked: EmbeddedValkey,
+) -> None:
+    """compose's own health check command, run as its shell would run it (valkey-cli of
+    the same 8.1 line, pointed at this server's port), with REDISCLI_AUTH as compose sets
+    it: healthy with the password, unhealthy without or with another."""
+    cli = Path(find_valkey_server()).with_name("valkey-cli")
+    if not cli.exists():
+        pytest.skip(f"no valkey-cli beside {cli.parent / 'valkey-server'}")
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    kind, command = compose["services"]["valkey"]["healthcheck"]["test"]
+    assert kind == "CMD-SHELL" and command.startswith("valkey-cli ")
+    command = command.replace("valkey-cli", f"{cli} -p {locked.port}", 1)
+
+    def healthy(password: str | None) -> bool:
+        env = {"PATH": os.environ["PATH"]}
+        if password is not None:
+            env["REDISCLI_AUTH"] = password
+        done = subprocess.run(
+            ["sh", "-c", command], check=False, env=env, capture_output=True, timeout=10
+        )
+        return done.returncode == 0
+
+    assert healthy(locked.requirepass)
+    assert not healthy(None) and not healthy("wrong")
