@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemojex.errors import CodemojexError, InvalidBody, Unavailable
+from web.deadlines import Deadlines
 from web.responses import JSONResponse
 
 log = logging.getLogger("codemojex.web")
@@ -161,6 +162,7 @@ class Edge:
     def __init__(self, app: ASGIApp, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.app = app
         self.timeout_s = timeout_s
+        self.deadlines = Deadlines(timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -188,7 +190,7 @@ class Edge:
             await send(message)
 
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with self.deadlines.within():
                 await self.app(scope, receive_tracked, send_tracked)
         except Exception as exc:
             if started:

@@ -45,6 +45,7 @@ from codemojex import store
 from codemojex.admission import address_key
 from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
 from codemojex.guesses import Accepted
+from web.deadlines import Deadlines
 from web.door import RETRY_AFTER_S as DOOR_RETRY_AFTER_S
 from web.door import Shed, origin_allowed, through
 from web.errors import (
@@ -75,6 +76,8 @@ FRAME_RATE_PER_S = 2.0
 FRAME_BURST = 20.0
 
 BACKEND_TIMEOUT_S = 5.0
+# The socket's guesses each get that long for their backend work (one shared timer).
+_BACKEND_DEADLINES = Deadlines(BACKEND_TIMEOUT_S)
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
 CLOSE_TIMEOUT_S = 2.0  # a socket too slow to take our close frame is simply dropped
 DRAIN_POLL_S = 0.01
@@ -314,7 +317,7 @@ async def _answer(
             raise
 
         async def submit() -> Accepted:
-            async with asyncio.timeout(BACKEND_TIMEOUT_S):
+            async with _BACKEND_DEADLINES.within():
                 # client_id doubles as the Idempotency-Key: a page that resends a guess over
                 # HTTP after its socket dropped (same key) can never have it counted twice.
                 return await services.accept_guess(player.player_id, round_id, guess, client_id)
