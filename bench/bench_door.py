@@ -5,14 +5,17 @@ figures, asserts nothing.
     uv run python -m bench.bench_door
         [--rows 0:0,10:same,50:same,200:20:spread,200:20,replay:5,0:0] [--duration 8]
         [--players 100] [--honest-rate 30] [--masher-in-flight 8] [--masher-procs 0]
-        [--up-arg=--workers=2] [--server-rev REV] [--no-pin] [--no-costs] [--json OUT]
+        [--up-arg=--workers=2] [--server-rev REV] [--nginx] [--no-pin] [--no-costs]
+        [--json OUT]
 
 Starts one ``codemojex up`` (defaults: embedded Valkey, SQLite, 2 workers; rounds of an
 hour, so none closes mid-row) **pinned to CPU 0** (``up`` is started with that affinity and
 forks every child from it; each row checks every server process's ``Cpus_allowed_list``)
 while this process and the masher processes it starts run on CPU 1, so a row shows the
 server and not its wait for the load's CPU. ``--server-rev REV`` runs the server of another
-revision (a temporary ``git worktree``) under the same clients. It creates the honest
+revision (a temporary ``git worktree``) under the same clients; ``--nginx`` sends every
+row through Debian's nginx with compose's config (``tests.nginx``; on CPU 0 too, the web
+trusting its ``X-Forwarded-For``), counted as the server's. It creates the honest
 players from 127.0.0.1 and opens a socket each, then runs every row of ``--rows`` on the
 same server:
 
@@ -61,9 +64,10 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -78,8 +82,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_seconds
 from codemojex.mash.ledger import percentile as pct
 from codemojex.store import SQLITE_FILENAME
-from tests.cli.running import Up, cmdline
+from tests.cli.running import Up, cmdline, descendants
 from tests.helpers import slow_request, sql_write_locked
+
+if TYPE_CHECKING:
+    from tests.nginx import Nginx
 
 ROWS = "0:0,10:same,50:same,200:20:spread,200:20,replay:5,0:0"
 REPLAY = -1  # a row's "mashers" for the replay loop (its "addresses": the loop's sockets)
@@ -116,6 +123,8 @@ class Options:
     masher_procs: int = 0  # masher processes per row; 0: one per 100 mashers
     costs: bool = True
     pin: bool = False  # main(): the server on SERVER_CPU, the clients on CLIENT_CPU
+    nginx: bool = False  # main(): the rows through nginx (front_port), as deployed
+    front_port: int | None = None  # where the clients send, when not the web itself
     server_rev: str | None = None  # main(): the server of this git revision
     json: Path | None = None
 
@@ -570,12 +579,13 @@ async def replay_row(up: Up, honest: Honest, opts: Options, sockets: int) -> dic
     honest load runs. The loop runs in this process: it is light on the client (a socket
     reads a few frames) and the replay's work is the server's."""
     transport = httpx.AsyncHTTPTransport(local_address=REPLAY_ADDRESS)
-    async with httpx.AsyncClient(base_url=up.base, transport=transport, trust_env=False) as http:
+    base = front_base(up, opts)
+    async with httpx.AsyncClient(base_url=base, transport=transport, trust_env=False) as http:
         r = await http.post("/api/players", json={"name": "replayer"})
         r.raise_for_status()
         token = r.json()["token"]
     events = await stream_length(up)
-    ws = "ws" + up.base.removeprefix("http")
+    ws = "ws" + base.removeprefix("http")
     url = f"{ws}/ws?token={quote(token)}&after=0"
     stop = asyncio.Event()
     seen: Counter[str] = Counter()
@@ -777,7 +787,7 @@ async def masher_row(
     children = []
     for j in range(procs):
         spec = MasherSpec(
-            port=up.port,
+            port=opts.front_port or up.port,
             round_id=honest.round_id,
             palette=honest.palette,
             length=honest.length,
@@ -1169,6 +1179,8 @@ def pinned_line(result: dict[str, Any]) -> str:
     )
     pin = result.get("pin")
     head = f"pinned: server on CPU {pin[0]}, clients on CPU {pin[1]}" if pin else "not pinned"
+    if result.get("nginx"):
+        head = f"through nginx (compose's config, on the server's side) · {head}"
     return (
         f"{head}; Cpus_allowed_list seen: server processes {', '.join(server) or '—'}, "
         f"client processes {', '.join(client) or '—'}"
@@ -1178,12 +1190,21 @@ def pinned_line(result: dict[str, Any]) -> str:
 # -- main ----------------------------------------------------------------------------------------
 
 
-async def measure(opts: Options, up: Up, out_dir: Path) -> dict[str, Any]:
+def front_base(up: Up, opts: Options) -> str:
+    """Where the clients send: nginx in front of the web (``--nginx``), else the web."""
+    return f"http://127.0.0.1:{opts.front_port}" if opts.front_port else up.base
+
+
+async def measure(
+    opts: Options, up: Up, out_dir: Path, proxy: Sequence[tuple[str, int]] = ()
+) -> dict[str, Any]:
+    """Every row, then the costs. ``proxy``: the roles and pids of nginx's processes in
+    front of the web, counted as the server's."""
     rng = random.Random(opts.seed)
-    honest = Honest(up.base, opts.players, rng)
+    honest = Honest(front_base(up, opts), opts.players, rng)
     await honest.setup()
     pids = game_pids(up)
-    cpu = CpuTrace(pids)
+    cpu = CpuTrace(pids | dict(proxy))
     door = DoorTrace(up.base)
     tracer = asyncio.create_task(cpu.run())
     door_tracer = asyncio.create_task(door.run())
@@ -1231,6 +1252,12 @@ def parse(argv: list[str] | None = None) -> Options:
         metavar="REV",
         help="run the server of git revision REV (a temporary worktree), this bench's clients",
     )
+    p.add_argument(
+        "--nginx",
+        action="store_true",
+        help="send every row through Debian's nginx with compose's config "
+        "(tests/nginx.py), on the server's CPU",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
@@ -1247,6 +1274,7 @@ def parse(argv: list[str] | None = None) -> Options:
         masher_procs=a.masher_procs,
         costs=not a.no_costs,
         pin=not a.no_pin,
+        nginx=a.nginx,
         server_rev=a.server_rev,
         json=a.json,
     )
@@ -1275,12 +1303,33 @@ def start_pinned(up: Up, pin: bool) -> tuple[int, int] | None:
     return SERVER_CPU, CLIENT_CPU
 
 
-def check_pinned(up: Up, cpus: tuple[int, int] | None) -> None:
+def start_nginx(stack: contextlib.ExitStack, up: Up, cpus: tuple[int, int] | None) -> Nginx:
+    """nginx with compose's config in front of the web, on the server's CPU when pinned."""
+    from tests.nginx import running_nginx
+
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus[0]})
+    try:
+        return stack.enter_context(running_nginx([("127.0.0.1", up.port)]))
+    finally:
+        if cpus is not None:
+            os.sched_setaffinity(0, {cpus[1]})
+
+
+def nginx_pids(master: int) -> dict[str, int]:
+    out = {"nginx": master}
+    for i, pid in enumerate(sorted(descendants(master))):
+        out[f"nginx{i + 1}"] = pid
+    return out
+
+
+def check_pinned(up: Up, cpus: tuple[int, int] | None, proxy: dict[str, int] | None = None) -> None:
     """Every server process on its CPU, or say which is not (a benchmark then measures the
     client's share of the server's core)."""
     if cpus is None:
         return
-    wrong = {r: c for r, c in pinning(game_pids(up)).items() if c != str(cpus[0])}
+    server = game_pids(up) | (proxy or {})
+    wrong = {r: c for r, c in pinning(server).items() if c != str(cpus[0])}
     if wrong:
         raise SystemExit(f"server processes not on CPU {cpus[0]}: {wrong}")
 
@@ -1297,18 +1346,29 @@ def main(argv: list[str] | None = None) -> int:
             from bench.bench_game import baseline_tree
 
             root = stack.enter_context(baseline_tree(opts.server_rev, Path(tmp) / "server")).path
-        up = Up(Path(tmp) / "data", "--round-seconds", str(ROUND_SECONDS), *opts.up_args, root=root)
+        # Behind nginx the web takes the client's address from its X-Forwarded-For.
+        trust = ["--forwarded-allow-ips", "127.0.0.1"] if opts.nginx else []
+        up = Up(
+            Path(tmp) / "data",
+            *("--round-seconds", str(ROUND_SECONDS), *trust, *opts.up_args),
+            root=root,
+        )
         try:
             cpus = start_pinned(up, opts.pin)
             up.wait_ready(60)
-            check_pinned(up, cpus)
-            result = asyncio.run(measure(opts, up, Path(tmp)))
-            check_pinned(up, cpus)
+            proxy: dict[str, int] = {}
+            if opts.nginx:
+                nginx = start_nginx(stack, up, cpus)
+                opts.front_port = nginx.port
+                proxy = nginx_pids(nginx.proc.pid)
+            check_pinned(up, cpus, proxy)
+            result = asyncio.run(measure(opts, up, Path(tmp), list(proxy.items())))
+            check_pinned(up, cpus, proxy)
         finally:
             with contextlib.suppress(Exception):
                 up.stop()
             up.kill_everything()
-    result |= {"options": asdict(opts), "machine": machine(), "pin": cpus}
+    result |= {"options": asdict(opts), "machine": machine(), "pin": cpus, "nginx": opts.nginx}
     print_tables(result, console)
     if opts.json is not None:
         opts.json.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
