@@ -1,7 +1,7 @@
-"""Players first, addresses second (CONTRACT §4 Overload; web/door.py): on a real server,
-honest players behind the same address as closed-loop mashers keep their guesses while the
-mashers are shed; a player's request waiting at the door does not make its next one
-heavier; requests without a token are still held to their address's bound, as are the
+"""Players first, addresses second (docs/contract.md §4 Overload; web/door.py): on a real
+server, honest players behind the same address as closed-loop mashers keep their guesses
+while the mashers are shed; a player's request waiting at the door does not make its next
+one heavier; requests without a token are still held to their address's bound, as are the
 players past an honest pace behind it, who hold at most three quarters of it.
 
 Each test but the last runs its own uvicorn (the app in this process) on the module's
