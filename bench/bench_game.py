@@ -1827,6 +1827,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="extra `codemojex up` flags, e.g. --up-arg=--concurrency=8 (repeatable)",
     )
     p.add_argument(
+        "--up-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a CODEMOJEX_* variable for `up`, e.g. --up-env CODEMOJEX_PLAYER_RATE=0 for more "
+        "players than one address may sign up (repeatable)",
+    )
+    p.add_argument(
         "--fresh-each-rate",
         action="store_true",
         help="a fresh up for every rate (by default only after one that did not drain)",
@@ -2154,6 +2162,11 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(web, replace(opts, watchers=n)) for web in webs for n in crowds]
     # with a crowd anywhere, every configuration gets its settings: only the crowd differs
     env = up_env(opts, crowd=max(crowds) > 0)
+    for item in a.up_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("CODEMOJEX_"):
+            raise SystemExit(f"--up-env {item!r}: NAME=VALUE with a CODEMOJEX_ name")
+        env[name] = value
     # up and its web processes inherit the limit: a crowd needs a descriptor per socket
     nofile = raise_nofile()
     db = "PostgreSQL (throwaway)" if a.postgres else ("PostgreSQL" if a.database_url else "SQLite")
