@@ -23,7 +23,6 @@ from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.cli.running import Up
@@ -188,12 +187,7 @@ def test_the_game_serves_from_a_venv_of_its_own_install_alone(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
     up = Up(tmp_path / "data")
     up.argv[0] = str(python)  # `python -m codemojex up` on that venv
-    try:
-        up.start().wait_ready(timeout=60)
-        assert httpx.get(f"{up.base}/readyz", timeout=5, trust_env=False).status_code == 200
-        assert up.stop() == 0, up.logs()
-    finally:
-        up.kill_everything()
+    up.serves_and_stops()
 
 
 def test_the_wheel_alone_imports_connects_without_hiredis_and_runs_as_a_module(

@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 import echomq
@@ -209,12 +208,7 @@ class Shell:
     def codemojex_up(self, argv: list[str]) -> None:
         up = Up(self.tmp / "up" / "data")
         (self.tmp / "up").mkdir()
-        try:
-            up.start().wait_ready(timeout=60)
-            assert httpx.get(f"{up.base}/readyz", timeout=5, trust_env=False).status_code == 200
-            assert up.stop() == 0, up.logs()
-        finally:
-            up.kill_everything()
+        up.serves_and_stops()
 
     def echomq(self, argv: list[str]) -> None:
         args = [

@@ -171,6 +171,15 @@ class Up:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"up did not stop within {timeout} s\n{self.logs()}") from None
 
+    def serves_and_stops(self, timeout: float = 60.0) -> None:
+        """Start, answer ``/readyz`` with 200, stop cleanly on SIGTERM; nothing survives."""
+        try:
+            self.start().wait_ready(timeout=timeout)
+            assert httpx.get(f"{self.base}/readyz", timeout=5, trust_env=False).status_code == 200
+            assert self.stop() == 0, self.logs()
+        finally:
+            self.kill_everything()
+
     def leftovers(self) -> set[int]:
         """Processes of this ``up`` still running: seen descendants, or anything naming the
         data dir on its command line (valkey's config file, the children's --data-dir)."""
