@@ -14,7 +14,7 @@ forks every child from it; each row checks every server process's ``Cpus_allowed
 while this process and the masher processes it starts run on CPU 1, so a row shows the
 server and not its wait for the load's CPU. ``--server-rev REV`` runs the server of another
 revision (a temporary ``git worktree``) under the same clients; ``--nginx`` sends every
-row through Debian's nginx with compose's config (``tests.nginx``; on CPU 0 too, the web
+row through Debian's nginx with compose's config (``harness.nginx``; on CPU 0 too, the web
 trusting its ``X-Forwarded-For``), counted as the server's. It creates the honest
 players from 127.0.0.1 and opens a socket each, then runs every row of ``--rows`` on the
 same server:
@@ -82,11 +82,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from bench.common import ROOT, machine, proc_cpu_seconds, proc_runqueue_wait_seconds
 from codemojex.mash.ledger import percentile as pct
 from codemojex.store import SQLITE_FILENAME
-from tests.cli.running import Up, cmdline, descendants
-from tests.helpers import slow_request, sql_write_locked
+from harness.helpers import slow_request, sql_write_locked
+from harness.running import Up, cmdline, descendants
 
 if TYPE_CHECKING:
-    from tests.nginx import Nginx
+    from harness.nginx import Nginx
 
 ROWS = "0:0,10:same,50:same,200:20:spread,200:20,replay:5,0:0"
 REPLAY = -1  # a row's "mashers" for the replay loop (its "addresses": the loop's sockets)
@@ -1256,7 +1256,7 @@ def parse(argv: list[str] | None = None) -> Options:
         "--nginx",
         action="store_true",
         help="send every row through Debian's nginx with compose's config "
-        "(tests/nginx.py), on the server's CPU",
+        "(harness/nginx.py), on the server's CPU",
     )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", action="store_true")
@@ -1305,7 +1305,7 @@ def start_pinned(up: Up, pin: bool) -> tuple[int, int] | None:
 
 def start_nginx(stack: contextlib.ExitStack, up: Up, cpus: tuple[int, int] | None) -> Nginx:
     """nginx with compose's config in front of the web, on the server's CPU when pinned."""
-    from tests.nginx import running_nginx
+    from harness.nginx import running_nginx
 
     if cpus is not None:
         os.sched_setaffinity(0, {cpus[0]})

@@ -40,7 +40,7 @@ from rich.table import Table
 from bench.common import machine, signals_raise_keyboardinterrupt
 from codemojex.mash import MashOptions, run_mash
 from codemojex.mash.run import MashResult
-from tests.cli.running import Up
+from harness.running import Up
 
 # Wide enough for the table when the output goes to a file or a pipe.
 console = Console() if sys.stdout.isatty() else Console(width=180)

@@ -110,7 +110,7 @@ from bench.common import (
 from bench.watchers import Fleet, raise_nofile
 from bench.watchers import figures as watcher_figures
 from codemojex.mash.ledger import percentile as pct
-from tests.cli.running import Up, descendants
+from harness.running import Up, descendants
 
 try:  # the client's loop; the server's processes choose their own
     import uvloop
@@ -1918,7 +1918,7 @@ def database(
     if not a.postgres:
         yield (lambda: a.database_url), dict
         return
-    from tests.pg import PgCluster
+    from harness.pg import PgCluster
 
     cluster = PgCluster.start()
     try:

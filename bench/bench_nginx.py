@@ -4,7 +4,7 @@ its per-address limit refuses, in the same run; prints figures, asserts nothing.
     flock /tmp/bench.lock uv run python -m bench.bench_nginx [--requests 20000] [--json OUT]
 
 Starts one ``codemojex web`` (embedded Valkey, SQLite) behind Debian's nginx with the config
-compose ships (tests/nginx.py), then sends ``GET /api/round`` in pipelined keep-alive
+compose ships (harness/nginx.py), then sends ``GET /api/round`` in pipelined keep-alive
 connections of 1,000 requests (nginx's most per connection), 8 at a time:
 
 * **proxied**: ``--requests`` requests, each connection from a loopback address of its own,
@@ -35,8 +35,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import machine
-from tests.cli.running import WebProcess, web_processes
-from tests.nginx import Nginx, Response, pipelined, running_nginx
+from harness.nginx import Nginx, Response, pipelined, running_nginx
+from harness.running import WebProcess, web_processes
 
 PATH = "/api/round"
 PER_CONNECTION = 1000  # nginx's keepalive_requests

@@ -4,7 +4,7 @@ master carries, against the number of partitions. Prints figures, it is not a te
     uv run python -m bench.bench_partitions [--jobs 20000] [--repeat 3] [--partitions 1,3,6]
         [--workers 2] [--name guesses] [--appendfsync always] [--json OUT] [--html OUT]
 
-Starts its own cluster (``tests/cluster.py``: 3 masters with even slot ranges, AOF on,
+Starts its own cluster (``harness/cluster.py``: 3 masters with even slot ranges, AOF on,
 ``appendfsync always`` as in production) in a temp dir. One *run* is one partition count N:
 ``--jobs`` jobs over 300 lanes are enqueued by this process (100 at once), then drained by
 ``--workers`` worker processes, each an ``echomq.PartitionedConsumer`` (concurrency 32,
@@ -65,7 +65,7 @@ from bench.common import (
 )
 from echomq.connection import connect
 from echomq.partitions import Partitioned, PartitionedConsumer
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 LANES = 300

@@ -5,13 +5,13 @@ not a test.
                                        [--database-url postgresql://…] [--no-postgres]
 
 For each backend — SQLite (a temp file, WAL, default ``synchronous``: every commit is fsynced)
-and PostgreSQL (``--database-url``, else a throwaway cluster from ``tests/pg.py`` when the
+and PostgreSQL (``--database-url``, else a throwaway cluster from ``harness/pg.py`` when the
 binaries are installed; that cluster runs with ``fsync=off``, so its commits are cheaper than
 a real server's) — it writes N fresh guesses of 200 players and prints, per mode, rows/s and
 CPU ms per guess, with ratios to the per-guess baseline measured in the same run:
 
 - ``before: per guess``: the write as it was before group commit — six SQLAlchemy statements
-  in one transaction per guess (``tests/migrations/legacy_scores.py``), one at a time: the
+  in one transaction per guess (``harness/legacy_scores.py``), one at a time: the
   baseline every ratio is against;
 - ``record_score``: today's write of one guess (a batch of one), one at a time;
 - ``record_scores ×B``: batches of B guesses, one transaction each, one batch at a time;
@@ -66,7 +66,7 @@ from codemojex.store import (
     save_round,
     sqlite_url,
 )
-from tests.migrations.legacy_scores import legacy_record_score
+from harness.legacy_scores import legacy_record_score
 
 console = Console()
 if not console.is_terminal:
@@ -604,7 +604,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def start_cluster() -> tuple[Any, str | None, int | None]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from tests.pg import PgCluster, PgUnavailable
+    from harness.pg import PgCluster, PgUnavailable
 
     try:
         cluster = PgCluster.start()

@@ -37,6 +37,7 @@ import echomq
 from codemojex import store, tracing
 from codemojex.crashpoints import maybe_crash
 from codemojex.guesses import player_of
+from codemojex.results import ScoreResult, score_result
 from codemojex.rounds import Rounds
 from codemojex.rules import feedback, points_for
 
@@ -108,7 +109,7 @@ class ScoreWorker:
         self.scored = 0  # scores this worker wrote (first writes only)
         self.current: dict[str, int] = {}  # job_id -> lease_until_ms, for the admin page
 
-    async def handle(self, claim: echomq.Claim) -> dict[str, Any]:
+    async def handle(self, claim: echomq.Claim) -> ScoreResult:
         maybe_crash("after_claim")
         self.current[claim.job_id] = claim.lease_until_ms
         try:
@@ -121,7 +122,7 @@ class ScoreWorker:
         finally:
             self.current.pop(claim.job_id, None)
 
-    async def _score(self, claim: echomq.Claim) -> dict[str, Any]:
+    async def _score(self, claim: echomq.Claim) -> ScoreResult:
         p = claim.payload
         player = player_of(p, claim.lane)
         if player is None:
@@ -158,17 +159,7 @@ class ScoreWorker:
                 self.scored += 1
         maybe_crash("after_commit")  # the batch holding this score has committed
         # Everything the browser needs rides on the completion event.
-        return {
-            "player_id": record.player_id,
-            "round_id": record.round_id,
-            "seq": seq,
-            "guess": list(guess),
-            "exact": fb.exact,
-            "near": fb.near,
-            "solved": fb.solved,
-            "points": points,
-            "worker_id": self.worker_id,
-        }
+        return score_result(record, self.worker_id)
 
     async def close(self) -> None:
         """Wait for the scores in flight to commit; no handler may run after this."""

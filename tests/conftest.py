@@ -19,8 +19,8 @@ import pytest
 import redis.asyncio
 
 from echomq.server import EmbeddedValkey
-from tests.cluster import ValkeyCluster
-from tests.pg import INSTALL_HINT, PgCluster, PgUnavailable
+from harness.cluster import ValkeyCluster
+from harness.pg import INSTALL_HINT, PgCluster, PgUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 

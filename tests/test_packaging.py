@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.running import Up
+from harness.running import Up
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "echomq"

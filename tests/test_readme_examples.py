@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 import echomq
-from tests.cli.running import Up
+from harness.running import Up
 from tests.test_packaging import fresh_venv, uv
 
 ROOT = Path(__file__).resolve().parent.parent

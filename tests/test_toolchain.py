@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["echomq", "codemojex", "web"]
+PACKAGES = ["echomq", "codemojex", "web", "harness"]
 
 pytestmark = pytest.mark.slow
 

@@ -41,13 +41,14 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 import orjson
 
 import echomq
 from codemojex import store, tracing
 from codemojex.game import Game
+from codemojex.results import read_score
 from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
@@ -119,21 +120,12 @@ def score_message(event: echomq.Event) -> ScoreMessage | None:
         r = event.result
     except ValueError:
         return None
-    if not isinstance(r, dict) or not isinstance(r.get("player_id"), str):
+    shown = read_score(r)
+    if shown is None:
         return None
-    return {
-        "type": "score",
-        "event_id": event.event_id,
-        "job_id": event.job_id,
-        "round_id": r.get("round_id"),
-        "player_id": r["player_id"],
-        "seq": r.get("seq"),
-        "guess": r.get("guess"),
-        "exact": r.get("exact"),
-        "near": r.get("near"),
-        "solved": r.get("solved"),
-        "points": r.get("points"),
-    }
+    return cast(
+        ScoreMessage, {"type": "score", "event_id": event.event_id, "job_id": event.job_id} | shown
+    )
 
 
 def dumps(message: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from bench import bench_nginx
-from tests.nginx import require_nginx
+from harness.nginx import require_nginx
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

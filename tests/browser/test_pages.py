@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = pytest.mark.browser
 # Written where CI keeps artifacts; docs/screenshots holds the copies the README shows.

@@ -18,8 +18,8 @@ from codemojex import store
 from codemojex.config import Config
 from codemojex.game import Game
 from echomq.server import EmbeddedValkey
+from harness.pg import PgCluster
 from tests.chaos import harness
-from tests.pg import PgCluster
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

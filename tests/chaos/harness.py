@@ -436,7 +436,7 @@ async def serve(config: Any) -> Any:
     import httpx
     import uvicorn
 
-    from tests.helpers import free_port
+    from harness.helpers import free_port
     from web.app import create_app
     from web.server import server_config
 

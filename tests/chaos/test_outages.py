@@ -24,11 +24,11 @@ from codemojex.config import Config
 from codemojex.game import Game
 from echomq.server import EmbeddedValkey
 from echomq.waits import pause
+from harness.helpers import free_port
+from harness.pg import PgCluster
 from tests.chaos import harness
 from tests.chaos.conftest import make_config, worker_env
 from tests.chaos.harness import Figures, Pool, Zygote
-from tests.helpers import free_port
-from tests.pg import PgCluster
 
 pytestmark = pytest.mark.chaos
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.running import Up
+from harness.running import Up
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from codemojex.cli import build_parser
 from codemojex.config import Config
-from tests.cli.running import ROOT, Up
+from harness.running import ROOT, Up
 
 # Variables the command reads that are not Config fields.
 OTHER_VARIABLES = {"log_level", "log_format", "worker_id", "access_log", "admin_token"}

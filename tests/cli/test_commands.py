@@ -16,7 +16,7 @@ import pytest
 from codemojex.cli import build_parser, child_env, redact
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
-from tests.cli.running import ROOT, Up, wait_until
+from harness.running import ROOT, Up, wait_until
 
 
 def run(

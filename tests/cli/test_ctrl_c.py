@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cli.running import Up, wait_until
+from harness.running import Up, wait_until
 from tests.cli.test_up import client, new_player, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cli.running import ROOT, Up, WebProcess, cmdline, web_processes
+from harness.running import ROOT, Up, WebProcess, cmdline, web_processes
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ class Web(WebProcess):
 @pytest.fixture
 def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
     """``start_web(*flags, env={...})`` -> a ready ``codemojex web`` with the test's bucket
-    limits (:func:`tests.cli.running.web_processes`)."""
+    limits (:func:`harness.running.web_processes`)."""
     with web_processes(tmp_path, Web, LIMITS) as start:
         yield start
 

@@ -26,7 +26,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.cli.running import WebProcess, wait_until, web_processes
+from harness.running import WebProcess, wait_until, web_processes
 from web.connections import HEAD_TIMEOUT_S
 
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def closed_by_server(s: socket.socket) -> bool:
 @pytest.fixture
 def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
     """``start_web(env={...}, prefix=[...])`` -> a ready ``codemojex web``
-    (:func:`tests.cli.running.web_processes`)."""
+    (:func:`harness.running.web_processes`)."""
     with web_processes(tmp_path, Web) as start:
         yield start
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = pytest.mark.slow
 

@@ -25,9 +25,9 @@ import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cli.running import Up, wait_until
+from harness.helpers import free_port
+from harness.running import Up, wait_until
 from tests.cli.test_up import alive_workers, client
-from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROMETHEUS = ROOT / "deploy" / "prometheus"

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.cli.running import Up, wait_until
+from harness.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -33,8 +33,8 @@ from websockets.typing import Subprotocol
 
 from codemojex.store import migrate
 from echomq.server import EmbeddedValkey
-from tests.cli.running import ROOT, cmdline, wait_until
-from tests.helpers import free_port
+from harness.helpers import free_port
+from harness.running import ROOT, cmdline, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import redis
 
 import echomq
 from codemojex import control
-from tests.cli.running import Up, cmdline, is_running, wait_until
+from harness.running import Up, cmdline, is_running, wait_until
 from tests.cli.test_up import alive_workers, client
 
 pytestmark = pytest.mark.slow

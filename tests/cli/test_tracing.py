@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from echomq.keys import Keys
-from tests.cli.running import Up, wait_until
+from harness.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
 

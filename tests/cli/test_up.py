@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.cli.running import Up, wait_until
+from harness.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
 

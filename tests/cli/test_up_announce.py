@@ -17,7 +17,7 @@ import pytest
 
 from codemojex.supervisor import Supervisor
 from echomq.server import EmbeddedValkey
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.cli.running import Up, cmdline
+from harness.running import Up, cmdline
 from web.server import WS_MAX_FRAME_BYTES
 
 pytestmark = pytest.mark.slow

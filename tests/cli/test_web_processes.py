@@ -18,7 +18,7 @@ import orjson
 import pytest
 import websockets
 
-from tests.cli.running import Up, wait_until
+from harness.running import Up, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from echomq.server import EmbeddedValkey
-from tests.cli.running import ROOT, wait_until
+from harness.running import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 

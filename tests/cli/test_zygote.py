@@ -17,7 +17,7 @@ import pytest
 
 from bench.common import proc_parent
 from codemojex.zygote import Zygote, ZygoteGone, forkable
-from tests.cli.running import Up, cmdline, is_running, wait_until
+from harness.running import Up, cmdline, is_running, wait_until
 from tests.cli.test_up import client, heartbeating_workers
 
 ME = [sys.executable, "-m", "codemojex"]

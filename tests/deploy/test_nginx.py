@@ -1,5 +1,5 @@
 """Real ``codemojex web`` processes behind Debian's real nginx, with the config compose
-ships (deploy/nginx/nginx.conf, run by :mod:`tests.nginx` with only the loopback lines
+ships (deploy/nginx/nginx.conf, run by :mod:`harness.nginx` with only the loopback lines
 substituted): the game goes through, the player's address reaches the app, and what nginx
 refuses (a flood from one address, a slow head or body) never reaches it and is answered in
 the contract's JSON; a replica's own 503 is passed on, not retried on the other.
@@ -23,9 +23,9 @@ import httpx
 import pytest
 import websockets
 
-from tests.cli.running import WebProcess, wait_until, web_processes
-from tests.helpers import free_port, slow_request, sql_write_locked
-from tests.nginx import SHIPPED, Nginx, Response, pipelined, require_nginx, running_nginx
+from harness.helpers import free_port, slow_request, sql_write_locked
+from harness.nginx import SHIPPED, Nginx, Response, pipelined, require_nginx, running_nginx
+from harness.running import WebProcess, wait_until, web_processes
 from web.connections import HEAD_TIMEOUT_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

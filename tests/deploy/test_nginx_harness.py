@@ -1,4 +1,4 @@
-"""tests.nginx's transformation of the shipped config: only the loopback lines change, each
+"""harness.nginx's transformation of the shipped config: only the loopback lines change, each
 exactly once, and Debian's nginx accepts the result (``nginx -t``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nginx import SHIPPED, ConfigMismatch, loopback_config, require_nginx
+from harness.nginx import SHIPPED, ConfigMismatch, loopback_config, require_nginx
 
 SHIPPED_TEXT = SHIPPED.read_text(encoding="utf-8")
 

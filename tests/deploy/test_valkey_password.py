@@ -18,7 +18,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 from codemojex.config import Config
 from echomq import connection
 from echomq.server import EmbeddedValkey, find_valkey_server
-from tests.cli.running import ROOT, WebProcess, web_processes
+from harness.running import ROOT, WebProcess, web_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

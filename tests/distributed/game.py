@@ -18,8 +18,8 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.cli.running import ROOT, wait_until
-from tests.helpers import free_port
+from harness.helpers import free_port
+from harness.running import ROOT, wait_until
 
 
 class Game:

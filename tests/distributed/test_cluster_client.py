@@ -15,8 +15,8 @@ from redis.asyncio.cluster import RedisCluster
 
 import echomq
 from echomq.connection import ClusterClient, cluster_url, connect
-from tests.cli.running import ROOT
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
+from harness.running import ROOT
 
 
 @pytest.mark.parametrize(

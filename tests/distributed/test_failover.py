@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 import echomq
-from tests.cli.running import wait_until
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
+from harness.running import wait_until
 from tests.distributed.game import Player, running
 
 pytestmark = pytest.mark.slow

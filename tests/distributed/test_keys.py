@@ -32,7 +32,7 @@ from redis.exceptions import ResponseError
 
 import echomq
 from echomq.keys import Keys
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 LEASE = 60_000
 _SET_GET = "redis.call('SET', ARGV[1], '1') return redis.call('GET', ARGV[1])"

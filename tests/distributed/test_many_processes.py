@@ -27,10 +27,10 @@ from echomq.connection import connect
 from echomq.keys import Keys
 from echomq.partitions import PartitionedStats, partition_names, partition_of
 from echomq.server import EmbeddedValkey
-from tests.cli.running import wait_until
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
+from harness.pg import PgCluster
+from harness.running import wait_until
 from tests.distributed.game import Player, running
-from tests.pg import PgCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

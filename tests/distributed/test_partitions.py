@@ -18,7 +18,7 @@ from echomq.partitions import (
     partition_names,
     partition_of,
 )
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 pytestmark = pytest.mark.parametrize("valkey_backend", ["single", "cluster"], indirect=True)
 

@@ -16,7 +16,7 @@ import redis.asyncio
 
 import echomq
 from echomq.server import EmbeddedValkey
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 REPLICATED = echomq.Settings(replicas=1, replica_timeout_ms=2_000)
 

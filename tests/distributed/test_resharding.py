@@ -33,7 +33,7 @@ import redis
 from redis.crc import key_slot
 
 import echomq
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

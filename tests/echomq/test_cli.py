@@ -22,7 +22,7 @@ import pytest
 
 import echomq
 from echomq import cli
-from tests.helpers import free_port
+from harness.helpers import free_port
 
 PASSWORD = "hunter2hunter2"
 

@@ -17,7 +17,7 @@ import echomq
 from echomq.backoff import Backoff
 from echomq.events import Followed, Tail, stream_position
 from echomq.server import EmbeddedValkey
-from tests.cluster import ValkeyCluster
+from harness.cluster import ValkeyCluster
 
 PROTOCOLS = [2, 3]
 

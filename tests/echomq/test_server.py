@@ -26,7 +26,7 @@ from echomq.server import (
     check_durable_sync,
     find_valkey_server,
 )
-from tests.helpers import free_port
+from harness.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

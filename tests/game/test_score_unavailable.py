@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from codemojex.game import Game
 from codemojex.rounds import Rounds
 from codemojex.score_worker import ScoreWorker, unreachable
-from tests.helpers import free_port
+from harness.helpers import free_port
 
 
 async def test_sqlite_locked_past_its_busy_timeout_is_unreachable(tmp_path: Path) -> None:

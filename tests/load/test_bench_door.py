@@ -13,7 +13,7 @@ from rich.console import Console
 
 from bench.bench_door import REPLAY, Options, measure, print_tables
 from bench.common import machine
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

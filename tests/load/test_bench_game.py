@@ -24,7 +24,7 @@ from bench.bench_game import (
 )
 from bench.common import machine
 from bench.watchers import Watcher
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -25,7 +25,7 @@ import redis.asyncio
 
 import echomq
 from codemojex.config import GUESS_QUEUE
-from tests.cli.running import Up
+from harness.running import Up
 
 MASHER_LANES = 10
 FLOOD_PER_LANE = 1_000

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from codemojex.mash import MashOptions, run_mash
-from tests.cli.running import ROOT, Up
+from harness.running import ROOT, Up
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,12 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from codemojex.store import make_engine, migrate_async, sqlite_url
 
-# tests/ is not a package; make `tests.pg` importable however pytest was started.
+# tests/ is not a package; make `harness.pg` importable however pytest was started.
 _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from tests.pg import PgCluster
+from harness.pg import PgCluster
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Batched score writes (``record_scores``) leave exactly the rows per-guess writes leave.
 
 The oracle is the per-guess write as it was before group commit
-(``tests/migrations/legacy_scores.py``): whatever the split into batches, the order, the
+(``harness/legacy_scores.py``): whatever the split into batches, the order, the
 duplicates inside a batch or across batches, every table — scores, round points, totals —
 must end up identical, on SQLite and on PostgreSQL.
 """
@@ -39,8 +39,8 @@ from codemojex.store import (
     sqlite_url,
 )
 from codemojex.store.models import PlayerRow, RoundPointsRow, RoundRow, ScoreRow, TotalRow
-from tests.migrations.legacy_scores import legacy_record_score
-from tests.pg import PgCluster
+from harness.legacy_scores import legacy_record_score
+from harness.pg import PgCluster
 
 T = TypeVar("T")
 SECRET = ("🍎", "🍌", "🍇", "🍒")

@@ -39,7 +39,7 @@ from codemojex.store import migrate, sqlite_url
 from echomq.keys import Keys
 from echomq.partitions import partition_names
 from echomq.server import EmbeddedValkey, die_with_parent
-from tests.helpers import free_port
+from harness.helpers import free_port
 from web.app import create_app
 from web.server import server_config
 

@@ -13,7 +13,7 @@ import redis.asyncio
 
 import echomq
 from echomq.server import EmbeddedValkey
-from tests.helpers import free_port
+from harness.helpers import free_port
 from tests.web.conftest import (
     ADMIN_TOKEN,
     Served,

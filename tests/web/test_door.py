@@ -24,7 +24,7 @@ from redis.exceptions import MaxConnectionsError
 
 from codemojex.config import Config
 from echomq.server import EmbeddedValkey
-from tests.helpers import free_port, slow_request, sql_write_locked
+from harness.helpers import free_port, slow_request, sql_write_locked
 from tests.web.conftest import SERVER_START_TIMEOUT_S, Served, assert_error, bearer
 from web.app import create_app
 from web.server import server_config

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.helpers import slow_request, sql_write_locked
+from harness.helpers import slow_request, sql_write_locked
 from tests.web.conftest import of_type, recv_until
 from tests.web.test_door import serve
 from web.door import MIN_REFUSAL_S

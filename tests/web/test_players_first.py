@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from bench.bench_door import MashTally, mash_loop
-from tests.helpers import slow_request, sql_write_locked
+from harness.helpers import slow_request, sql_write_locked
 from tests.web.conftest import assert_error, bearer
 from tests.web.test_door import GUESS, serve
 from web.door import LIGHT_FLOOR, Gate, Shed, through

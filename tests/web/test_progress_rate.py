@@ -24,7 +24,7 @@ import orjson
 import pytest
 import websockets
 
-from tests.cli.running import Up
+from harness.running import Up
 
 pytestmark = pytest.mark.slow
 

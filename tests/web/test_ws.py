@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
-from tests.helpers import free_port
+from harness.helpers import free_port
 from tests.web.conftest import (
     Served,
     drain,

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import httpx
 import pytest
 
-from tests.helpers import free_port
+from harness.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "deploy" / "nginx" / "nginx.conf"

@@ -16,6 +16,7 @@ second and is not in every install.
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from echomq.connection import connect
 from echomq.server import Appendfsync, EmbeddedValkey
@@ -243,11 +244,12 @@ class ValkeyCluster:
                     conn.execute_command("CLUSTER", "REPLICATE", self.ids[master])
         for port in replicas:
             wait_until(
-                lambda p=port: self.info(p, "replication").get("master_link_status") == "up",
-                timeout,
-                f"replica {port} synced",
+                functools.partial(self._replica_synced, port), timeout, f"replica {port} synced"
             )
         self.wait_ok(timeout)
+
+    def _replica_synced(self, port: int) -> bool:
+        return bool(self.info(port, "replication").get("master_link_status") == "up")
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node says ``cluster_state:ok`` and sees every replica."""

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tests.helpers import free_port
+from harness.helpers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def children_of(pid: int) -> set[int]:
