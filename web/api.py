@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from codemojex import store
 from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound
-from echomq import is_branded
+from echomq.ids import is_branded
 from web import intake
 from web.errors import (
     RETRY_AFTER_S,

@@ -28,6 +28,8 @@ import pytest
 from sqlalchemy import func, select
 
 import echomq
+import echomq.errors
+import echomq.ids
 from codemojex import store
 from codemojex.game import Game
 from codemojex.rules import DEFAULT_PALETTE, feedback, points_for
@@ -35,7 +37,7 @@ from codemojex.store.models import ScoreRow
 from echomq.server import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
-TRANSIENT = echomq.TRANSIENT  # "Valkey is unreachable for now"
+TRANSIENT = echomq.errors.TRANSIENT  # "Valkey is unreachable for now"
 ARTIFACT = ROOT / "tests" / "artifacts" / "reliability.json"
 
 # -- sizes ------------------------------------------------------------------------------------
@@ -271,7 +273,7 @@ class Pool:
 
     def spawn(self, **env: str) -> Proc:
         wid = (
-            echomq.branded(self.prefix)
+            echomq.ids.branded(self.prefix)
             if self.prefix == "WRK"
             else (f"{self.prefix}{len(self.procs)}")
         )

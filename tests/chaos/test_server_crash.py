@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio
 
 import echomq
+import echomq.ids
 from echomq.codec import text
 from echomq.server import EmbeddedValkey
 from echomq.settings import Settings
@@ -54,7 +55,7 @@ class Stream:
     async def _produce(self, i: int) -> None:
         n = 0
         while not self._stop.is_set():
-            jid = echomq.job_id()
+            jid = echomq.ids.job_id()
             try:
                 await self.q.lanes.enqueue(f"lane{(i + n) % 8}", {"p": i, "n": n}, job_id=jid)
                 self.acked[jid] = time.time()

@@ -33,6 +33,8 @@ import redis
 from redis.crc import key_slot
 
 import echomq
+import echomq.errors
+import echomq.ids
 from harness.cluster import ValkeyCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -190,7 +192,7 @@ async def test_a_queue_keeps_every_job_once_while_its_slot_moves(cluster: Valkey
 
     async def produce() -> None:
         for i in range(JOBS):
-            jid = echomq.job_id()
+            jid = echomq.ids.job_id()
             while True:
                 try:
                     await queue.lanes.enqueue(f"lane-{i % LANES}", {"i": i}, job_id=jid)
@@ -198,7 +200,7 @@ async def test_a_queue_keeps_every_job_once_while_its_slot_moves(cluster: Valkey
                 # Retried with the same id: a replay is a no-op. TryAgainError and
                 # "ClusterError: TTL exhausted" while the slot is split; AttributeError
                 # when redis-py closes its connections mid-write on a re-initialisation.
-                except (redis.RedisError, *echomq.TRANSIENT, AttributeError) as e:
+                except (redis.RedisError, *echomq.errors.TRANSIENT, AttributeError) as e:
                     producer_errors[type(e).__name__] += 1
                     await asyncio.sleep(0.02)
             ids.append(jid)

@@ -1,4 +1,4 @@
-"""echomq's script loader as an application uses it (``echomq.Script``): ``--@include``
+"""echomq's script loader as an application uses it (``echomq.scripts.Script``): ``--@include``
 splicing from its own directories and echomq's, EVALSHA with the NOSCRIPT fallback, and
 the token bucket include (``bucket``) shared by lane_enqueue and the application's scripts,
 including a bucket kept in the layout codemojex's take_token wrote before the two were one.
@@ -13,7 +13,7 @@ from uuid import uuid4
 import pytest
 
 import echomq
-from echomq.scripts import SCRIPTS
+from echomq.scripts import SCRIPTS, Script
 
 # An application's own bucket script, as codemojex/lua/take_token.lua is one.
 TAKE = """--@include bucket
@@ -29,10 +29,10 @@ return {1, 0}
 """
 
 
-def _take_script(tmp_path: Path) -> echomq.Script:
+def _take_script(tmp_path: Path) -> Script:
     path = tmp_path / "take.lua"
     path.write_text(f"-- {uuid4().hex}: a script no server has cached yet\n{TAKE}")
-    return echomq.Script.from_file(path)
+    return Script.from_file(path)
 
 
 def test_an_include_is_spliced_from_the_applications_directory_first(tmp_path: Path) -> None:
@@ -40,26 +40,24 @@ def test_an_include_is_spliced_from_the_applications_directory_first(tmp_path: P
     (tmp_path / "inc" / "mine.lua").write_text("local MINE = 1")
     (tmp_path / "inc" / "bucket.lua").write_text("local SHADOWED = 1")
     (tmp_path / "s.lua").write_text("--@include mine\n--@include common\nreturn MINE")
-    script = echomq.Script.from_file(tmp_path / "s.lua", includes=[tmp_path / "inc"])
+    script = Script.from_file(tmp_path / "s.lua", includes=[tmp_path / "inc"])
     assert script.name == "s"
     assert script.source.startswith("local MINE = 1\n")
     assert "local function server_now()" in script.source  # echomq's common.lua
     assert "--@include" not in script.source
     shadowed = tmp_path / "b.lua"
     shadowed.write_text("--@include bucket\n")
-    assert "SHADOWED" in echomq.Script.from_file(shadowed, includes=[tmp_path / "inc"]).source
+    assert "SHADOWED" in Script.from_file(shadowed, includes=[tmp_path / "inc"]).source
 
 
 def test_an_include_found_nowhere_fails_at_load(tmp_path: Path) -> None:
     (tmp_path / "s.lua").write_text("--@include nosuch\nreturn 1\n")
     with pytest.raises(FileNotFoundError, match="nosuch"):
-        echomq.Script.from_file(tmp_path / "s.lua")
+        Script.from_file(tmp_path / "s.lua")
 
 
 def test_echomqs_own_scripts_come_from_the_same_loader() -> None:
-    lane_enqueue = echomq.Script.from_file(
-        Path(echomq.__file__).with_name("lua") / "lane_enqueue.lua"
-    )
+    lane_enqueue = Script.from_file(Path(echomq.__file__).with_name("lua") / "lane_enqueue.lua")
     assert lane_enqueue == SCRIPTS["lane_enqueue"]
     assert "local function bucket_peek(" in lane_enqueue.source
 

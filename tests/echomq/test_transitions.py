@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import echomq
+import echomq.ids
 from tests.echomq.conftest import locations, snapshot
 
 LEASE = 5_000
@@ -32,7 +33,7 @@ async def test_lane_enqueue_existing_id_returns_original_seq(q: echomq.Queue) ->
 
 async def test_ids_are_branded_and_monotonic(q: echomq.Queue) -> None:
     ids = [await q.jobs.enqueue(i) for i in range(50)]
-    assert all(echomq.is_branded(i, "JOB") for i in ids)
+    assert all(echomq.ids.is_branded(i, "JOB") for i in ids)
     assert ids == sorted(ids) and len(set(ids)) == 50
 
 

@@ -42,6 +42,8 @@ from hypothesis.stateful import (
 )
 
 import echomq
+import echomq.ids
+import echomq.types
 from echomq.codec import text
 from echomq.errors import DeadlinePassed, InvalidState, JobNotFound, LaneFull
 from echomq.settings import Settings
@@ -205,7 +207,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.place(j)
 
     def new_job(self, jid: str, lane: str | None, payload: Any, max_attempts: int) -> MJob:
-        assert echomq.is_branded(jid, "JOB")
+        assert echomq.ids.is_branded(jid, "JOB")
         assert jid not in self.jobs
         assert jid > self.last_id, "ids must sort by mint time"
         self.last_id = jid
@@ -215,7 +217,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.touched.add(jid)
         return j
 
-    def check_claims(self, batch: echomq.ClaimBatch, expected: list[str]) -> None:
+    def check_claims(self, batch: echomq.types.ClaimBatch, expected: list[str]) -> None:
         assert [c.job_id for c in batch.claims] == expected
         for c in batch.claims:
             j = self.jobs[c.job_id]

@@ -34,6 +34,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection
 
 import echomq
+import echomq.ids
 from codemojex.config import GUESS_QUEUE, Config
 from codemojex.store import migrate, sqlite_url
 from echomq.keys import Keys
@@ -176,7 +177,7 @@ class WorkerProcess:
 
 def start_worker(config: Config, log: Path) -> WorkerProcess:
     """A ScoreWorker process for ``config``, returned once it heartbeats."""
-    worker_id = echomq.worker_id()
+    worker_id = echomq.ids.worker_id()
     env = {
         **os.environ,
         "CODEMOJEX_VALKEY_URL": str(config.valkey_url),
