@@ -21,7 +21,7 @@ run twice: enqueue (an existing id is a no-op), claim (its client-minted claim i
 re-run answer the batch it leased), complete (a repeat under the same token answers True,
 counting nothing), extend; a re-run fail or release whose first run was applied answers
 stale (issue 21, item 3; docs/reliability.md). The one connection that never re-sends,
-whatever the client's setting, is a consumer's park (:mod:`echomq.park`).
+whatever the client's setting, is a consumer's park (:mod:`echomq.consumer.park`).
 """
 
 from __future__ import annotations

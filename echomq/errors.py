@@ -104,8 +104,8 @@ class Unavailable(Exception):
     through (see :class:`~echomq.Consumer`).
 
     A job that keeps raising it while other jobs complete is the trouble, not its
-    dependency: at :data:`echomq.outage.HAND_BACKS` such hand-backs it is failed like any
-    other failure (:class:`echomq.outage.HandedBackTooOften`)."""
+    dependency: at :data:`echomq.consumer.outage.HAND_BACKS` such hand-backs it is failed
+    like any other failure (:class:`echomq.consumer.outage.HandedBackTooOften`)."""
 
     def __init__(self, reason: str = "a dependency is unavailable") -> None:
         super().__init__(reason)

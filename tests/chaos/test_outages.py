@@ -22,8 +22,8 @@ from sqlalchemy import text
 import echomq
 from codemojex.config import Config
 from codemojex.game import Game
+from echomq.consumer.waits import pause
 from echomq.server import EmbeddedValkey
-from echomq.waits import pause
 from harness.helpers import free_port
 from harness.pg import PgCluster
 from tests.chaos import harness

@@ -1,4 +1,4 @@
-"""The claim tracker's key (echomq.claims): a job held twice under the same ``attempts``
+"""The claim tracker's key (echomq.consumer.claims): a job held twice under the same ``attempts``
 with two lease ids, as after data loss, is two claims, never one record overwriting the
 other."""
 
@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import echomq
-from echomq.claims import READY, ClaimTracker, key_of
+from echomq.consumer.claims import READY, ClaimTracker, key_of
 from echomq.types import Claim, Token
 from tests.echomq.test_consumer import wait_for
 

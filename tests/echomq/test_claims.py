@@ -1,4 +1,4 @@
-"""The claim tracker (echomq.claims): one record and one state per held claim, moved only
+"""The claim tracker (echomq.consumer.claims): one record and one state per held claim, moved only
 along the legal transitions; pure, no server."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from echomq.claims import (
+from echomq.consumer.claims import (
     FINISHING,
     LEGAL,
     LOST,

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio
 
 import echomq
-from echomq.park import blocking_twin
+from echomq.consumer.park import blocking_twin
 from echomq.server import EmbeddedValkey
 from tests.echomq.test_consumer import Runner, completed, start_consumer, wait_for
 

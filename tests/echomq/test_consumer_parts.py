@@ -16,19 +16,19 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 import echomq
-from echomq.claims import LOST, ClaimRecord, ClaimTracker, Key, key_of
-from echomq.heartbeat import Heartbeat
+from echomq.consumer.claims import LOST, ClaimRecord, ClaimTracker, Key, key_of
+from echomq.consumer.heartbeat import Heartbeat
+from echomq.consumer.leases import LeaseKeeper
+from echomq.consumer.options import ConsumerOptions
+from echomq.consumer.outage import Outage
+from echomq.consumer.outbox import Outbox
+from echomq.consumer.park import Park, Woken
+from echomq.consumer.reaper import Reaper, ReaperSeats, seats
+from echomq.consumer.running import await_handler
+from echomq.consumer.trouble import Trouble, kind
+from echomq.consumer.waits import every, until, wait_any
 from echomq.hooks import HookChain
 from echomq.jobs import decode_batch
-from echomq.leases import LeaseKeeper
-from echomq.options import ConsumerOptions
-from echomq.outage import Outage
-from echomq.outbox import Outbox
-from echomq.park import Park, Woken
-from echomq.reaper import Reaper, ReaperSeats, seats
-from echomq.running import await_handler
-from echomq.trouble import Trouble, kind
-from echomq.waits import every, until, wait_any
 from tests.echomq.conftest import locations
 
 NO_HOOKS = HookChain(())
@@ -464,13 +464,13 @@ def test_trouble_logs_each_kind_once_until_the_loop_recovers(
 
 
 def _outcomes(q: echomq.Queue, tracker: ClaimTracker, lease_ms: int = 60_000) -> Any:
-    from echomq.outcomes import Counts, Outcomes
+    from echomq.consumer.outcomes import Counts, Outcomes
 
     return Outcomes(q, tracker, lease_ms, "W", lambda: NO_HOOKS, Counts())
 
 
 async def test_a_failure_is_recorded_under_its_token_and_counted(q: echomq.Queue) -> None:
-    from echomq.outcomes import TimedOut
+    from echomq.consumer.outcomes import TimedOut
 
     a, b = await _claimed(q, 2)
     tracker = ClaimTracker()

@@ -1,5 +1,5 @@
-"""A consumer's settings (echomq.options): checked once, with the values derived from them;
-pure, no server."""
+"""A consumer's settings (echomq.consumer.options): checked once, with the values derived
+from them; pure, no server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from echomq.consumer import Consumer
-from echomq.options import ConsumerOptions
+from echomq.consumer.options import ConsumerOptions
 from echomq.stalled import pulse_gap_ms
 
 

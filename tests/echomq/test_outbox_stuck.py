@@ -1,4 +1,4 @@
-"""One completion the server refuses every time (echomq.outbox): the others must still go
+"""One completion the server refuses every time (echomq.consumer.outbox): the others must still go
 through, and the stuck one be given up within a lease of its first error, however often
 the lease keeper renews its lease meanwhile.
 

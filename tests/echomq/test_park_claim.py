@@ -1,4 +1,4 @@
-"""The claim behind the park (echomq.park): an idle consumer's next claim is pipelined
+"""The claim behind the park (echomq.consumer.park): an idle consumer's next claim is pipelined
 behind its BLPOP, so Valkey runs it the moment a wake token arrives. What the consumer
 does with it: takes its answer, and when the answer is lost, asks again under the same
 claim id (which answers what the first run leased) or, stopping, hands those jobs back."""
@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import echomq
+from echomq.consumer.park import Woken
 from echomq.jobs import decode_batch
-from echomq.park import Woken
 from tests.echomq.test_consumer import Runner, completed, start_consumer, wait_for
 
 _ = start_consumer  # the fixture, shared with test_consumer

@@ -1,4 +1,4 @@
-"""A park whose reply is lost at the TCP level (echomq.park): the BLPOP and the claim behind
+"""A park whose reply is lost at the TCP level (echomq.consumer.park): the BLPOP and the claim behind
 it ran on the server, the connection died before their answer came back. The consumer
 must ask again under the same claim id, and nothing below it may re-send the pair: a
 re-sent BLPOP blocks (its wake token is spent) while the job the first claim leased waits

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import echomq
-from echomq.outage import HAND_BACKS
+from echomq.consumer.outage import HAND_BACKS
 from echomq.settings import Settings
 from tests.echomq.test_consumer import running_consumers, wait_for
 

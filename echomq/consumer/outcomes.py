@@ -16,16 +16,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .backoff import Backoff
+from ..backoff import Backoff
+from ..codec import text
+from ..errors import Retry
+from ..hooks import HookChain
+from ..jobs import HandBack
+from ..queue import Queue
+from ..types import Claim
 from .claims import ClaimTracker, Key, key_of
-from .codec import text
-from .errors import Retry
-from .hooks import HookChain
-from .jobs import HandBack
 from .outbox import Outbox
-from .queue import Queue
 from .trouble import Trouble
-from .types import Claim
 
 log = logging.getLogger("echomq.consumer")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ..hooks import HookChain
+from ..queue import Queue
 from .claims import READY, RUNNING, ClaimRecord, ClaimTracker, key_of
-from .hooks import HookChain
-from .queue import Queue
 
 log = logging.getLogger("echomq.consumer")
 

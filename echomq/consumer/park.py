@@ -27,8 +27,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 
-from .queue import Queue
-from .scripts import Call
+from ..queue import Queue
+from ..scripts import Call
 from .trouble import Trouble
 
 # Connection settings a cluster node carries that only mean something to a cluster client.

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from . import checks
-from .ids import worker_id as mint_worker_id
-from .stalled import pulse_gap_ms
+from .. import checks
+from ..ids import worker_id as mint_worker_id
+from ..stalled import pulse_gap_ms
 
 Source = Literal["lanes", "jobs"]
 

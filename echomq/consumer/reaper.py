@@ -16,8 +16,8 @@ import logging
 import random
 import weakref
 
+from ..queue import Queue
 from .options import ConsumerOptions
-from .queue import Queue
 from .trouble import Trouble
 from .waits import pause
 

@@ -55,22 +55,22 @@ from typing import Any, overload
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .backoff import Backoff
+from ..backoff import Backoff
+from ..errors import Unavailable
+from ..hooks import HookChain, Hooks, checked
+from ..jobs import decode_batch, encode_result, mint_claim_id
+from ..queue import Queue
+from ..types import Claim, ClaimBatch
 from .claims import ClaimRecord, ClaimTracker, Key, key_of, split_suspects
-from .errors import Unavailable
 from .heartbeat import Heartbeat
-from .hooks import HookChain, Hooks, checked
-from .jobs import decode_batch, encode_result, mint_claim_id
 from .leases import LeaseKeeper
 from .options import ConsumerOptions, Source
 from .outage import HAND_BACKS, HandedBackTooOften, Outage
 from .outcomes import Counts, HandlerCancelled, Outcomes, ResultNotEncodable, TimedOut
 from .park import Park, Woken
-from .queue import Queue
 from .reaper import Reaper, seats
 from .running import await_handler
 from .trouble import Trouble
-from .types import Claim, ClaimBatch
 from .waits import every, until, wait_any
 
 log = logging.getLogger("echomq.consumer")

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backoff import Backoff
+from ..backoff import Backoff
+from ..errors import TRANSIENT
+from ..hooks import Completion
 from .claims import Key, key_for
-from .errors import TRANSIENT
-from .hooks import Completion
 from .trouble import Trouble
 from .waits import wait_any
 

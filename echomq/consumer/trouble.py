@@ -11,7 +11,7 @@ import logging
 
 from redis.exceptions import ResponseError
 
-from .errors import TRANSIENT
+from ..errors import TRANSIENT
 
 log = logging.getLogger("echomq.consumer")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .types import Claim, lease_of
+from ..types import Claim, lease_of
 
 #: A held claim: ``(job_id, attempts, lease id)``.
 Key = tuple[str, int, str]

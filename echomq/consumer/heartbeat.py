@@ -14,8 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..queue import Queue
 from .options import ConsumerOptions
-from .queue import Queue
 from .trouble import Trouble
 from .waits import pause, wait_any
 
