@@ -195,9 +195,9 @@ class Queue:
         pipe = self.conn.pipeline(transaction=False)
         for wid, _ in rows:
             pipe.hgetall(self.keys.worker(text(wid)))
-        metas = await pipe.execute()
+        metas = await pipe.execute() if rows else []
         return [
-            WorkerInfo(text(wid), True, int(score), {text(k): text(v) for k, v in meta.items()})
+            WorkerInfo.from_row(text(wid), int(score), meta)
             for (wid, score), meta in zip(rows, metas, strict=True)
         ]
 

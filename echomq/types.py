@@ -184,10 +184,54 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
+    """One worker as the registry knows it. ``alive``: registered (its heartbeat deadline,
+    ``deadline_ms`` on the server clock, not found lapsed, and not stopped). The other fields
+    come from its last self-description, None (or empty) where the row lacks them; ``meta``
+    is the whole row as stored."""
+
     worker_id: str
     alive: bool
     deadline_ms: int | None
     meta: dict[str, str]
+    state: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    jobs: tuple[str, ...] = ()
+    jobs_done: int = 0
+    beat_ms: int | None = None
+    lapse_ms: int | None = None
+    lapsed_ms: int | None = None
+    stopped_ms: int | None = None
+    waiting_for: str | None = None
+
+    @classmethod
+    def from_row(cls, worker_id: str, deadline_ms: int | None, raw: Mapping[Any, Any]) -> Self:
+        """From the worker's hash (bytes or str fields) and its registry score."""
+        row = {text(k): text(v) for k, v in raw.items()}
+        return cls(
+            worker_id=worker_id,
+            alive=deadline_ms is not None,
+            deadline_ms=deadline_ms,
+            meta=row,  # a dict, not a read-only proxy: dataclasses.asdict copies it
+            state=row.get("state") or None,
+            pid=_integer(row.get("pid")),
+            host=row.get("host") or None,
+            jobs=tuple(j for j in row.get("jobs", "").split(",") if j),
+            jobs_done=_integer(row.get("jobs_done")) or 0,
+            beat_ms=_integer(row.get("beat")),
+            lapse_ms=_integer(row.get("lapse_ms")),
+            lapsed_ms=_integer(row.get("lapsed")),
+            stopped_ms=_integer(row.get("stopped")),
+            waiting_for=row.get("waiting_for") or None,
+        )
+
+
+def _integer(raw: str | None) -> int | None:
+    # A field another program wrote by hand may not be a number: unknown, not an error.
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
 
 
 class QueueStats(TypedDict):

@@ -138,7 +138,7 @@ def test_the_api_reference_builds_strict_and_covers_the_public_api(tmp_path: Pat
         "claim": ["Claim", "JobInfo", "Token"],
         "errors": ["EchoMQError", "JobNotFound", "Unavailable"],
         "hooks": ["Hooks", "around_handler"],
-        "registry": ["WorkerRecord", "workers"],
+        "registry": ["WorkerInfo", "workers"],
         "events": ["Tail", "Events"],
         "admin": ["dead_count", "dead_before", "worker_count"],
         "server": ["EmbeddedValkey", "check_durable"],
