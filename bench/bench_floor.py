@@ -83,7 +83,6 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
-from bench.bench_game import Guess, Pool, Window, encode_request, send_offsets
 from bench.common import (
     ROOT,
     embedded_server,
@@ -92,6 +91,8 @@ from bench.common import (
     proc_cpu_seconds,
     signals_raise_keyboardinterrupt,
 )
+from bench.game.http import Guess, Pool, Window, encode_request
+from bench.game.player_socket import send_offsets
 from codemojex.mash.ledger import percentile as pct
 from codemojex.store.db import SQLITE_BUSY_TIMEOUT_MS
 

@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import bench.compare
-from bench.bench_echomq import TRIVIAL, redis_benchmark, redispy_ceiling
 from bench.common import ROOT, embedded_server, machine, signals_raise_keyboardinterrupt
 from bench.compare import venvs
 from bench.compare.driver import DriverError
@@ -25,6 +24,7 @@ from bench.compare.figures import fastest_peer, medians, ratios
 from bench.compare.measure import Setup, multi_round, one_round
 from bench.compare.pins import ALL, BY_KEY, Peer
 from bench.compare.report import print_tables, render_html
+from bench.queue.ceiling import TRIVIAL, redis_benchmark, redispy_ceiling
 from echomq.server import Allocator
 
 console = Console()

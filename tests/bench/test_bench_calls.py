@@ -8,7 +8,8 @@ from __future__ import annotations
 import orjson
 import redis.asyncio
 
-from bench.bench_echomq import PAYLOAD, enqueue_call, game_enqueue_call
+from bench.queue.lifecycle import PAYLOAD, enqueue_call
+from bench.queue.memory import game_enqueue_call
 from echomq import Queue
 from echomq.codec import text
 

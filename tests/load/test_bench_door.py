@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.bench_door import REPLAY, Options, measure, print_tables
 from bench.common import machine
+from bench.door.options import REPLAY, Options
+from bench.door.rows import measure
+from bench.door.tables import print_tables
 from harness.running import Up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -9,21 +9,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-import bench.bench_game
-from bench.bench_game import (
-    Options,
-    main,
-    measure,
-    parse,
-    print_side_by_side,
-    print_tables,
-    start_up,
-    up_args,
-    up_env,
-    write_html,
-)
+import bench.game.cli
 from bench.common import machine
-from bench.watchers import Watcher
+from bench.game.baseline import floor_ratios
+from bench.game.cli import main, parse
+from bench.game.measure import measure
+from bench.game.options import Options, up_env
+from bench.game.report_html import write_html
+from bench.game.server import start_up, up_args
+from bench.game.tables import print_side_by_side, print_tables
+from bench.watchers.watcher import Watcher
 from harness.running import Up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -144,7 +139,7 @@ def test_each_crowd_size_runs_on_its_own_up_and_is_printed_side_by_side(
     """``--watchers 0,10``: two configurations, one without a watcher process, one with 10
     watchers, each on a fresh ``up`` with the same server settings; the JSON has both and
     the side-by-side table compares them, the crowd's figures blank for the first."""
-    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    monkeypatch.setattr(bench.game.cli, "signals_raise_keyboardinterrupt", lambda: None)
     out = tmp_path / "game.json"
     page = tmp_path / "game.html"
     argv = ["--watchers", "0,10", "--rates", "20", "--duration", "2", "--players", "10"]
@@ -186,7 +181,7 @@ def test_the_floor_runs_first_at_the_same_rates_and_each_role_is_a_ratio_to_it(
 ) -> None:
     """``--floor``: bench_floor at the same rates, players and workers, in the same run;
     its rows in the JSON and, per rate, each role's CPU per guess as game ÷ floor."""
-    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    monkeypatch.setattr(bench.game.cli, "signals_raise_keyboardinterrupt", lambda: None)
     out = tmp_path / "game.json"
     argv = ["--floor", "--rates", "20", "--duration", "2", "--players", "10"]
     argv += ["--warmup", "0.5", "--drain", "10", "--workers", "1", "--quiet"]
@@ -194,7 +189,7 @@ def test_the_floor_runs_first_at_the_same_rates_and_each_role_is_a_ratio_to_it(
     result = orjson.loads(out.read_bytes())
     [floor], [row] = result["floor"], result["rows"]
     assert floor["accepted"] == floor["scored"] > 0 and row["scored"] == row["accepted"] > 0
-    ratios = bench.bench_game.floor_ratios(floor, row)
+    ratios = floor_ratios(floor, row)
     assert all(x is not None and x > 0 for x in ratios.values()), ratios
     text = capsys.readouterr().out
     table = text[text.index("the game vs its floor") :]
@@ -208,7 +203,7 @@ def test_guesses_sent_over_the_socket_are_answered_and_scored_once(
 ) -> None:
     """``--via socket``: every guess a frame on its player's websocket, each answered by an
     ``accepted`` frame (the job id the score is matched by) and scored exactly once."""
-    monkeypatch.setattr(bench.bench_game, "signals_raise_keyboardinterrupt", lambda: None)
+    monkeypatch.setattr(bench.game.cli, "signals_raise_keyboardinterrupt", lambda: None)
     out = tmp_path / "game.json"
     argv = ["--via", "socket", "--rates", "30", "--duration", "2", "--players", "6"]
     argv += ["--warmup", "0.5", "--drain", "10", "--workers", "1", "--quiet"]

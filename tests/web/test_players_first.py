@@ -1,4 +1,4 @@
-"""Players first, addresses second (docs/contract.md §4 Overload; web/door.py): on a real
+"""Players first, addresses second (docs/contract.md §4 Overload; web/door/): on a real
 server, honest players behind the same address as closed-loop mashers keep their guesses
 while the mashers are shed; a player's request waiting at the door does not make its next
 one heavier; requests without a token are still held to their address's bound, as are the
@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.bench_door import MashTally, mash_loop
+from bench.door.mash import MashTally, mash_loop
 from harness.helpers import slow_request, sql_write_locked
 from tests.web.conftest import assert_error, bearer
 from tests.web.test_door import GUESS, serve
-from web.door import LIGHT_FLOOR, Gate, Shed, through
+from web.door.admit import Shed, through
+from web.door.gate import LIGHT_FLOOR, Gate
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -204,7 +205,7 @@ async def test_fast_players_leave_a_quarter_of_their_address_to_its_other_sender
 ) -> None:
     # The gate alone: mashers past an honest pace at their address's bound must not lock
     # its sign-ups, pages, handshakes and tokens not yet known out.
-    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals here
+    monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)  # no held refusals here
     gate = Gate(limit=16, wait_ms=500, address_limit=4)
     release = asyncio.Event()
 
