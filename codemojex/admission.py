@@ -10,6 +10,8 @@ that refuses what Valkey has already refused, and what "one client address" mean
   ever comes from its answers and only ever errs towards asking it.
 * :func:`address_key`: the client address limits are kept per — an IPv4 address, or an
   IPv6 address's /64 (one subscriber's prefix: a host picks any address in it at will).
+* :class:`Limits`: the numbers every check above (and the enqueue script) takes, read once
+  from the configuration.
 """
 
 from __future__ import annotations
@@ -18,13 +20,45 @@ import ipaddress
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import echomq
+import echomq.scripts
+from codemojex import keys
 from codemojex.errors import RateLimited, retry_after_s
 
-__all__ = ["BucketMirror", "TokenBuckets", "address_key"]
+if TYPE_CHECKING:
+    from codemojex.config import Config
+
+__all__ = ["BucketMirror", "Limits", "TokenBuckets", "address_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the game admits: per player, a guess rate (a token bucket in the enqueue
+    script) and a cap on guesses accepted and not yet scored; per client address, a rate of
+    new players. A rate of 0 is off, and then its burst is 0 too: the script reads a burst
+    only beside a rate."""
+
+    guess_rate: float
+    guess_burst: int
+    lane_cap: int  # 0: no cap
+    player_rate: float
+    player_burst: int
+
+    @classmethod
+    def of(cls, config: Config) -> Limits:
+        on = config.guess_rate > 0 and config.guess_burst > 0
+        return cls(
+            guess_rate=config.guess_rate if on else 0,
+            guess_burst=config.guess_burst if on else 0,
+            lane_cap=max(0, config.lane_cap),
+            player_rate=config.player_rate,
+            player_burst=config.player_burst,
+        )
+
 
 IPV6_PREFIX = 64
 _ADDRESS_CACHE_SIZE = 4096
@@ -57,7 +91,7 @@ def address_key(host: str | None) -> str:
     return key
 
 
-_TAKE_TOKEN = echomq.Script.from_file(Path(__file__).with_name("lua") / "take_token.lua")
+_TAKE_TOKEN = echomq.scripts.Script.from_file(Path(__file__).with_name("lua") / "take_token.lua")
 
 
 class TokenBuckets:
@@ -74,7 +108,7 @@ class TokenBuckets:
         self._conn = conn
 
     def key(self, subject: str) -> str:
-        return f"cmx:bucket:{self.name}:{subject}"
+        return keys.bucket_key(self.name, subject)
 
     async def take(self, subject: str) -> None:
         if not self.rate_per_s:

@@ -6,24 +6,19 @@ beyond caches of immutable things (rounds).
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
-import echomq.admin
-import echomq.registry
-from codemojex import control, layout, store
+from codemojex import layout, store
 from codemojex.admission import TokenBuckets, address_key
 from codemojex.config import GUESS_QUEUE, Config
 from codemojex.errors import (
-    Conflict,
     JobNotFound,
     NotYourGuess,
     RoundNotFound,
@@ -31,18 +26,10 @@ from codemojex.errors import (
     Unavailable,
 )
 from codemojex.guesses import Accepted, Guesses, player_of
+from codemojex.roster import worker_views
 from codemojex.rounds import RoundInfo, Rounds
 from codemojex.rules import validate_name
-from codemojex.views import (
-    DeadJobView,
-    GuessView,
-    QueueCounters,
-    QueueView,
-    RoundView,
-    Standing,
-    WorkerView,
-)
-from echomq.codec import text
+from codemojex.views import GuessView, RoundView, Standing, WorkerView
 from echomq.connection import Client
 
 log = logging.getLogger("codemojex.game")
@@ -92,19 +79,20 @@ class Game:
         self.guesses = Guesses(self.queues, self.rounds, config)
         self._layout_agreed = False
         self._players: OrderedDict[str, store.Player] = OrderedDict()
+        limits = self.guesses.limits
         self.new_players = TokenBuckets(
             conn,
             "players",
-            config.player_rate,
-            config.player_burst,
+            limits.player_rate,
+            limits.player_burst,
             "too many new players from this address; try again later",
         )
 
     @classmethod
     def connect(cls, config: Config) -> Game:
-        """The game over a pool that waits for a free connection rather than failing (a
-        full redis-py pool raised ``MaxConnectionsError`` at once, and every request of a
-        busy web process answered 503 alike), sized above what the door lets in."""
+        """The game over a pool sized above what the door lets in, that waits for a free
+        connection rather than failing: a pool that raises at once when full turns every
+        request of a busy web process into a 503."""
         assert config.valkey_url, "valkey_url is required"
         conn = echomq.connect(
             config.valkey_url,
@@ -289,65 +277,7 @@ class Game:
 
     async def workers(self) -> list[WorkerView]:
         """Every worker known recently: alive ones from the registry, dead ones with why."""
-        alive = {w.worker_id: w for w in await self.queues.workers()}
-        known = await _members(self.conn, control.KNOWN)
-        exits = await control.exits(self.conn)
-        killed = await control.killed(self.conn)
-        now = await self.queues.server_time_ms()
-        first = self.queues.partitions[0]  # a worker registers on every partition
-        out: list[WorkerView] = []
-        for wid in dict.fromkeys([*known, *alive]):
-            # Ids are never reused, so a recorded exit is final even while the registry
-            # still lists the worker (until its heartbeat lapses).
-            w = alive.get(wid) if wid not in exits else None
-            if w:
-                meta = w.meta
-            else:  # gone: its row, while it outlives the registry entry, says who it was
-                gone = await echomq.registry.worker(first, wid)
-                meta = dict(gone.meta) if gone is not None else {}
-            job_id = meta.get("job_id") or None
-            lease_ms = None
-            if w and job_id:
-                info = await self.queues.get(job_id)
-                if (
-                    info
-                    and info.state == "active"
-                    and info.worker_id == wid
-                    and info.lease_until_ms
-                ):
-                    lease_ms = max(0, info.lease_until_ms - now)
-            ex = exits.get(wid)
-            # Spawned but not yet heartbeating (a second or two of start-up): it lives.
-            starting = w is None and ex is None and not meta
-            out.append(
-                {
-                    "worker_id": wid,
-                    "pid": int(meta["pid"]) if meta.get("pid") else None,
-                    "host": meta.get("host"),
-                    "state": (meta.get("state") or "idle") if w or starting else "dead",
-                    "job_id": job_id if w else None,
-                    "lease_remaining_ms": lease_ms,
-                    "jobs_done": int(meta.get("scored") or meta.get("jobs_done") or 0),
-                    "alive": w is not None or starting,
-                    "exit_reason": ex["reason"]
-                    if ex
-                    else (
-                        None
-                        if w or starting
-                        else ("stopped" if meta.get("stopped") else "heartbeat lapsed")
-                    ),
-                    # Killed by an order: the jobs it was scoring at that instant, each of which
-                    # the reaper must hand to another worker.
-                    "killed_holding": killed.get(wid),
-                }
-            )
-        return out
-
-
-async def _members(conn: Client, key: str) -> list[str]:
-    """Every member of the sorted set ``key``, as text, in score order."""
-    raw = cast(list[bytes], await conn.zrange(key, 0, -1))
-    return [text(x) for x in raw]
+        return await worker_views(self.conn, self.queues)
 
 
 def _guess_view(
@@ -378,210 +308,3 @@ def _guess_view(
         "attempts": info.attempts,
         "score": None,
     }
-
-
-FLOOR_CURSOR = "cmx:floor:reached_ms"  # the latest death time the durable floor has seen
-ARCHIVE_BATCH = 200
-ARCHIVE_OVERLAP_MS = 1_000
-# Dead jobs kept in Valkey (where an operator's retry finds them); older ones already on
-# the durable floor leave it, so a long run of failures cannot fill Valkey's memory.
-DEAD_KEPT = 10_000
-
-
-def floor_cursor(queue_name: str) -> str:
-    """The floor's cursor of one partition (the unpartitioned queue keeps the old key)."""
-    return FLOOR_CURSOR if queue_name == GUESS_QUEUE else f"{FLOOR_CURSOR}:{queue_name}"
-
-
-class Admin:
-    """Operator actions (admin API). Takes the Game it acts on."""
-
-    def __init__(self, game: Game) -> None:
-        self.game = game
-        self.queues = game.queues
-        self.conn = game.conn
-
-    async def queue_view(self) -> QueueView:
-        s = await self.queues.stats()
-        c = s["counters"]
-        counters: QueueCounters = {
-            "accepted": c.get("enqueued", 0),
-            "scored": c.get("completed", 0),
-            "stale_refused": sum(s["refused"].values()),
-            "reclaimed": c.get("reaped", 0),
-            "failed": c.get("failed", 0),
-            "dead": c.get("dead", 0),
-            "retried": c.get("retried", 0),
-            "released": c.get("released", 0),
-        }
-        lanes = sorted(s["lanes"].items(), key=lambda kv: -kv[1])
-        return {
-            "pending": s["pending"],
-            "active": s["active"],
-            "scheduled": s["scheduled"],
-            "completed": s["completed"],
-            "dead": s["dead"],
-            "lanes": [{"lane": lane, "depth": d} for lane, d in lanes],
-            "lane_count": s["lane_count"],
-            "counters": counters,
-        }
-
-    async def archive_dead(self, batch: int = ARCHIVE_BATCH, keep: int = DEAD_KEPT) -> int:
-        """Copy every dead job not yet on the durable floor into SQL, ``batch`` at a time;
-        returns how many deaths this recorded. Then keep at most ``keep`` dead jobs in
-        Valkey (split evenly over the partitions): the oldest of those already on the
-        floor leave it (``_trim_dead``).
-
-        A partition's sweep starts from the death time it reached last time (kept in
-        Valkey, shared by every process; one cursor per partition, each on its own
-        master's clock), less ``ARCHIVE_OVERLAP_MS``: a job that died in the same
-        millisecond as the last one archived, after that sweep read the set, is not
-        skipped. Recording is idempotent, so the overlap costs a few no-op upserts.
-        """
-        share = -(-keep // len(self.queues))
-        moved = 0
-        for queue in self.queues.partitions:
-            moved += await self._archive_partition(queue, batch, share)
-        return moved
-
-    async def _archive_partition(self, queue: echomq.Queue, batch: int, keep: int) -> int:
-        cursor = floor_cursor(queue.name)
-        raw = await self.conn.get(cursor)
-        reached = int(raw) if raw is not None else 0
-        since = max(0, reached - ARCHIVE_OVERLAP_MS)
-        moved, offset = 0, 0
-        while True:
-            page = await queue.jobs.dead(limit=batch, since_ms=since, offset=offset)
-            # Each death once: the same attempts is a no-op, a job that died again after a
-            # retry (higher attempts) reopens its row. One transaction per page.
-            moved += await store.upsert_dead_many(
-                self.game.engine,
-                [
-                    store.Death(
-                        job_id=info.job_id,
-                        queue=queue.name,  # its partition: where a retry finds it
-                        lane=info.lane,
-                        payload=_json(info.payload),
-                        error=info.error,
-                        reason=info.reason,
-                        attempts=info.attempts,
-                        died_at_ms=info.finished_at_ms or 0,
-                    )
-                    for info in page
-                ],
-            )
-            reached = max([reached, *(info.finished_at_ms or 0 for info in page)])
-            if page:
-                await self.conn.set(cursor, reached)
-            if len(page) < batch:
-                break
-            offset += len(page)
-        await self._trim_dead(queue, keep, safe_before_ms=reached - ARCHIVE_OVERLAP_MS)
-        return moved
-
-    async def _trim_dead(self, queue: echomq.Queue, keep: int, safe_before_ms: int) -> int:
-        """Discard from ``queue`` the oldest dead jobs beyond ``keep``, only among those
-        that died before ``safe_before_ms`` (on the durable floor for sure: a sweep
-        recorded them, and the overlap of the next one is still after them). Their floor
-        rows stay: the admin page lists them and may discard them; a retry answers 409,
-        the queue no longer holds the job. Returns how many left."""
-        excess = await echomq.admin.dead_count(queue) - keep
-        if excess <= 0 or safe_before_ms <= 0:
-            return 0
-        ids = await echomq.admin.dead_before(queue, safe_before_ms, limit=min(excess, 1_000))
-        trimmed = 0
-        for first in range(0, len(ids), 50):  # a few connections at a time, not a thousand
-            gone = await asyncio.gather(
-                *(queue.jobs.discard(jid) for jid in ids[first : first + 50]),
-                return_exceptions=True,
-            )
-            for outcome in gone:
-                # retried or discarded meanwhile: not dead any more, nothing to trim
-                if isinstance(outcome, (echomq.JobNotFound, echomq.InvalidState)):
-                    continue
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                trimmed += 1
-        return trimmed
-
-    async def _holder_of(self, job_id: str, queue_name: str) -> echomq.Queue | None:
-        """The partition a floor row names; a row from before partitions (or another
-        layout) is looked for in every partition."""
-        return self.queues.named(queue_name) or await self.queues.find(job_id)
-
-    async def dead_jobs(self) -> list[DeadJobView]:
-        await self.archive_dead()
-        rows = await store.list_dead(self.game.engine)
-        return [
-            {
-                "job_id": d.job_id,
-                "lane": d.lane,
-                "payload": _loads(d.payload),
-                "error": d.error,
-                "reason": d.reason,
-                "attempts": d.attempts,
-                "died_at": d.died_at_ms,
-                "retried_at": d.retried_at_ms,
-            }
-            for d in rows
-        ]
-
-    async def retry_dead(self, job_id: str) -> None:
-        row = await store.get_dead(self.game.engine, job_id)
-        if row is None or row.discarded:
-            raise JobNotFound("no such dead job")
-        if row.retried_at_ms is not None:
-            raise Conflict("that dead job was already retried")
-        queue = await self._holder_of(job_id, row.queue)
-        try:
-            if queue is None:
-                raise echomq.JobNotFound(job_id)
-            await queue.jobs.retry_dead(job_id)
-        except echomq.JobNotFound:
-            raise Conflict("the job is no longer held by the queue") from None
-        except echomq.InvalidState:
-            raise Conflict("the job is not dead any more") from None
-        await store.mark_dead_retried(self.game.engine, job_id, await queue.server_time_ms())
-
-    async def discard_dead(self, job_id: str) -> None:
-        row = await store.get_dead(self.game.engine, job_id)
-        if row is None or not await store.delete_dead(self.game.engine, job_id):
-            raise JobNotFound("no such dead job")
-        queue = await self._holder_of(job_id, row.queue)
-        try:
-            if queue is not None:
-                await queue.jobs.discard(job_id)
-        except (echomq.JobNotFound, echomq.InvalidState):
-            pass  # already gone from Valkey (or retried meanwhile): the floor row is what counts
-
-    async def kill_worker(self, worker_id: str) -> None:
-        workers = {w["worker_id"]: w for w in await self.game.workers()}
-        w = workers.get(worker_id)
-        if w is None:
-            raise JobNotFound("no such worker")
-        if not w["alive"]:
-            raise Conflict(f"{worker_id} is already dead")
-        await control.order_kill(self.conn, worker_id)
-
-    async def add_worker(self) -> str:
-        sid = await control.live_supervisor(self.conn)
-        if sid is None:
-            raise Conflict("no supervisor runs here: start workers with `codemojex up`")
-        worker_id = echomq.worker_id()
-        await control.order_spawn(self.conn, sid, worker_id)
-        return worker_id
-
-
-def _json(value: Any) -> str:
-    import orjson
-
-    return orjson.dumps(value).decode()
-
-
-def _loads(raw: str) -> Any:
-    import orjson
-
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw

@@ -29,7 +29,7 @@ import orjson
 
 import echomq
 from codemojex import tracing
-from codemojex.admission import BucketMirror
+from codemojex.admission import BucketMirror, Limits
 from codemojex.config import Config
 from codemojex.errors import (
     IdempotencyConflict,
@@ -95,8 +95,8 @@ class Guesses:
         self.queues = queues
         self.rounds = rounds
         self.config = config
-        rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
-        self.mirror = BucketMirror(rate, config.guess_burst)
+        self.limits = Limits.of(config)
+        self.mirror = BucketMirror(self.limits.guess_rate, self.limits.guess_burst)
         self.local_refusals = 0  # guesses refused by the mirror, without a round trip
         self._bound: dict[str, None] = {}  # dedup keys bound through this process
 
@@ -122,8 +122,8 @@ class Guesses:
                 fingerprint(round_id, cells),
                 IDEMPOTENCY_TTL_MS,
             )
-        config = self.config
-        rate = config.guess_rate if config.guess_rate > 0 and config.guess_burst > 0 else 0
+        limits = self.limits
+        rate = limits.guess_rate
         lane = self.lane_of(player_id)
         mirror = self.mirror
         if (
@@ -143,13 +143,13 @@ class Guesses:
                     payload,
                     # the cap and the rate are the player's, on a lane of their own or on FIFO's
                     load_subject=player_id,
-                    max_pending=max(0, config.lane_cap),
+                    max_pending=limits.lane_cap,
                     deadline_ms=rnd.closes_at_ms,
-                    seq_scope=f"{round_id}:{player_id}" if config.fifo else round_id,
+                    seq_scope=f"{round_id}:{player_id}" if self.config.fifo else round_id,
                     dedup=dedup,
                     rate_subject=player_id,
                     rate_per_s=rate,
-                    rate_burst=config.guess_burst if rate else 0,
+                    rate_burst=limits.guess_burst,
                     headers=trace.headers,  # None unless tracing: no field stored
                 )
                 trace.enqueued(receipt.job_id, receipt.created)
@@ -177,7 +177,7 @@ class Guesses:
         except echomq.LaneFull:
             raise LaneFull(
                 retry_after_s=1,
-                detail=(f"you already have {config.lane_cap} guesses waiting to be scored"),
+                detail=(f"you already have {limits.lane_cap} guesses waiting to be scored"),
             ) from None
         assert receipt.seq is not None
         if receipt.created:
@@ -187,12 +187,12 @@ class Guesses:
         return Accepted(receipt.job_id, receipt.seq, receipt.created)
 
     def _rate_limited(self, wait_s: int) -> RateLimited:
-        config = self.config
+        limits = self.limits
         return RateLimited(
             retry_after_s=wait_s,
             detail=(
-                f"at most {_rate_text(config.guess_rate)} guesses a second (bursts of "
-                f"{config.guess_burst}); slow down and try again in {wait_s} s"
+                f"at most {_rate_text(limits.guess_rate)} guesses a second (bursts of "
+                f"{limits.guess_burst}); slow down and try again in {wait_s} s"
             ),
         )
 

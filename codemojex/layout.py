@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from codemojex import keys
 from codemojex.config import ConfigError
-
-LAYOUT_KEY = "cmx:layout:partitions"
 
 
 class LayoutMismatch(ConfigError):
@@ -25,7 +24,7 @@ class LayoutMismatch(ConfigError):
     def __init__(self, mine: int, recorded: int) -> None:
         super().__init__(
             f"this game's guesses queue has {recorded} partition(s) (recorded in Valkey at "
-            f"{LAYOUT_KEY}) and this process was started with --partitions {mine}: start "
+            f"{keys.LAYOUT}) and this process was started with --partitions {mine}: start "
             f"every process with CODEMOJEX_PARTITIONS={recorded}, or stop them all and use "
             "an empty Valkey to change it"
         )
@@ -44,9 +43,9 @@ def _judge(mine: int, previous: Any) -> None:
 async def agree(conn: Any, partitions: int) -> None:
     """Record ``partitions`` if no process has yet; :class:`LayoutMismatch` if another
     count was recorded. One command (``SET … NX GET``), on any client."""
-    _judge(partitions, await conn.set(LAYOUT_KEY, partitions, nx=True, get=True))
+    _judge(partitions, await conn.set(keys.LAYOUT, partitions, nx=True, get=True))
 
 
 def agree_sync(conn: Any, partitions: int) -> None:
     """:func:`agree` on a synchronous client (``codemojex up`` before its children)."""
-    _judge(partitions, conn.set(LAYOUT_KEY, partitions, nx=True, get=True))
+    _judge(partitions, conn.set(keys.LAYOUT, partitions, nx=True, get=True))

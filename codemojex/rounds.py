@@ -2,7 +2,7 @@
 
 When a round opens, a delayed EchoMQ job is enqueued on the ``rounds`` queue, due at its
 close. Whichever worker claims that job swaps the current round for a new one with a
-compare-and-set script (``lua/open_round.lua``, run by :class:`echomq.Script`), so however
+compare-and-set script (``lua/open_round.lua``, run by :class:`echomq.scripts.Script`), so however
 many web and worker processes run — and however often the close job is delivered — exactly
 one round follows each close. A crash between the swap and enqueueing the next close job heals
 itself: the redelivered close job (or :meth:`Rounds.ensure`) finds the successor
@@ -19,31 +19,25 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import echomq
-from codemojex import store
+import echomq.ids
+import echomq.scripts
+from codemojex import keys, store
 from codemojex.config import Config
 from codemojex.rules import new_secret
 from codemojex.views import RoundView
 
-KEY_CURRENT = "cmx:{rounds}:current"
 # A close handled this long after closes_at means the game was down: open a fresh round
 # now rather than a back-dated one that would already be over (no catch-up).
 DOWNTIME_TOLERANCE_MS = 5_000
 
-_OPEN_ROUND = echomq.Script.from_file(Path(__file__).with_name("lua") / "open_round.lua")
-
-
-def round_key(round_id: str) -> str:
-    return f"cmx:{{rounds}}:round:{round_id}"
+_OPEN_ROUND = echomq.scripts.Script.from_file(Path(__file__).with_name("lua") / "open_round.lua")
 
 
 @dataclass(frozen=True, slots=True)
-class RoundInfo:
-    round_id: str
-    length: int
-    palette: tuple[str, ...]
-    secret: tuple[str, ...]
-    opens_at_ms: int
-    closes_at_ms: int
+class RoundInfo(store.Round):
+    """A round as the game holds it: the stored round, plus what only Valkey keeps of it
+    (the rotation's close job and predecessor, which SQL has no use for)."""
+
     close_job: str = ""
     prev: str = ""
 
@@ -86,16 +80,6 @@ class RoundInfo:
     def from_record(cls, r: store.Round) -> RoundInfo:
         return cls(r.round_id, r.length, r.palette, r.secret, r.opens_at_ms, r.closes_at_ms)
 
-    def record(self) -> store.Round:
-        return store.Round(
-            self.round_id,
-            self.length,
-            self.palette,
-            self.secret,
-            self.opens_at_ms,
-            self.closes_at_ms,
-        )
-
 
 class Rounds:
     def __init__(self, conn: Any, engine: AsyncEngine, config: Config) -> None:
@@ -106,7 +90,7 @@ class Rounds:
         self._cache: dict[str, RoundInfo] = {}  # rounds never change once opened
 
     async def current(self) -> RoundInfo | None:
-        raw = await self.conn.get(KEY_CURRENT)
+        raw = await self.conn.get(keys.CURRENT_ROUND)
         if raw is None:
             return None
         return await self.get(raw.decode() if isinstance(raw, bytes) else raw)
@@ -114,7 +98,7 @@ class Rounds:
     async def get(self, round_id: str) -> RoundInfo | None:
         if round_id in self._cache:
             return self._cache[round_id]
-        row = await self.conn.hgetall(round_key(round_id))
+        row = await self.conn.hgetall(keys.round_key(round_id))
         if row:
             info = RoundInfo.from_hash(row)
         else:
@@ -149,10 +133,10 @@ class Rounds:
 
     async def _open(self, expected: str) -> None:
         cfg = self.config
-        round_id = echomq.branded("RND")
+        round_id = echomq.ids.branded("RND")
         reply = await _OPEN_ROUND.run(
             self.conn,
-            [KEY_CURRENT, round_key(round_id), round_key(expected or round_id)],
+            [keys.CURRENT_ROUND, keys.round_key(round_id), keys.round_key(expected or round_id)],
             [
                 expected,
                 round_id,
@@ -160,18 +144,18 @@ class Rounds:
                 orjson.dumps(list(cfg.palette)),
                 orjson.dumps(list(new_secret(cfg.palette, cfg.length))),
                 cfg.round_seconds * 1000,
-                echomq.job_id(),
+                echomq.ids.job_id(),
                 DOWNTIME_TOLERANCE_MS,
             ],
         )
         if int(reply[0]) == 1:
             info = await self.get(round_id)
             assert info is not None
-            await store.save_round(self.engine, info.record())
+            await store.save_round(self.engine, info)
 
     async def _schedule_close(self, info: RoundInfo) -> None:
         # The round is in SQL before anyone can score a guess of it (idempotent insert).
-        await store.save_round(self.engine, info.record())
+        await store.save_round(self.engine, info)
         now = await self.queue.server_time_ms()
         await self.queue.jobs.enqueue(
             {"round_id": info.round_id},

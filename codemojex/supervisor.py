@@ -36,7 +36,9 @@ import httpx
 import redis.asyncio
 
 import echomq
-from codemojex import control
+import echomq.errors
+import echomq.ids
+from codemojex import control, keys
 from codemojex.zygote import Process, Zygote, ZygoteGone, forkable
 from echomq.connection import Client
 from echomq.server import die_with_parent
@@ -137,7 +139,7 @@ class Supervisor:
         fork_server: bool = True,
         run_nonce: str | None = None,
     ) -> None:
-        self.supervisor_id = echomq.branded("SUP")
+        self.supervisor_id = echomq.ids.branded("SUP")
         self.valkey_url = valkey_url
         self.env = dict(env)
         self.worker_argv = list(worker_argv)
@@ -199,7 +201,7 @@ class Supervisor:
                 for _ in range(self.web_processes):
                     self._start_web()
             for _ in range(self.initial_workers):
-                self._start_worker(echomq.worker_id())
+                self._start_worker(echomq.ids.worker_id())
             tasks = [
                 asyncio.create_task(self._beat()),
                 asyncio.create_task(self._take_orders()),
@@ -328,7 +330,7 @@ class Supervisor:
             if role == "web":
                 self._start_web()
             else:
-                self._start_worker(echomq.worker_id())  # a new life, a new id
+                self._start_worker(echomq.ids.worker_id())  # a new life, a new id
 
     def _keep_valkey(self) -> None:
         """Bring a dead embedded Valkey back on the same data dir and port (blocking: the
@@ -338,7 +340,7 @@ class Supervisor:
         log.error("the embedded valkey-server died; restarting it from its AOF")
         try:
             self.embedded.start()
-        except echomq.ServerError as e:
+        except echomq.errors.ServerError as e:
             self.failure = f"the embedded Valkey died and did not restart: {e}"
             self.stop()
         else:
@@ -384,26 +386,26 @@ class Supervisor:
         while not self._stopping.is_set():
             try:
                 await control.beat_supervisor(self._redis(), self.supervisor_id, os.getpid(), host)
-            except echomq.TRANSIENT as e:
+            except echomq.errors.TRANSIENT as e:
                 log.warning("supervisor beat failed: %s", e)
             await asyncio.sleep(BEAT_INTERVAL_S)
 
     async def _take_orders(self) -> None:
         """BLPOP the spawn key: each order starts one more worker under the id it carries."""
         conn = echomq.connect(self.valkey_url, socket_timeout=None, socket_connect_timeout=2)
-        key = control.spawn_key(self.supervisor_id)
+        key = keys.spawn_key(self.supervisor_id)
         try:
             while not self._stopping.is_set():  # as _beat: a cancellation may be swallowed
                 try:
                     item = await conn.blpop([key], timeout=1)
-                except echomq.TRANSIENT as e:
+                except echomq.errors.TRANSIENT as e:
                     log.warning("spawn orders unavailable: %s", e)
                     await asyncio.sleep(1)
                     continue
                 if item is None or self._stopping.is_set():
                     continue
                 raw = item[1].decode() if isinstance(item[1], bytes) else str(item[1])
-                worker_id = raw if echomq.is_branded(raw, "WRK") else echomq.worker_id()
+                worker_id = raw if echomq.ids.is_branded(raw, "WRK") else echomq.ids.worker_id()
                 log.info("spawn order: one more worker")
                 self._start_worker(worker_id)
         finally:
@@ -436,15 +438,15 @@ class Supervisor:
     async def _say_goodbye(self) -> None:
         """Record how each worker ended and leave the supervisor registry (best effort)."""
         conn = self._redis()
-        with contextlib.suppress(*echomq.TRANSIENT, redis.RedisError):
+        with contextlib.suppress(*echomq.errors.TRANSIENT, redis.RedisError):
             async with asyncio.timeout(3):
                 for child in self.workers():
                     code = child.proc.returncode
                     reason = "stopped" if code in (0, -signal.SIGTERM) else exit_reason(code or 0)
                     assert child.worker_id is not None
                     await control.record_exit(conn, child.worker_id, reason, child.proc.pid)
-                await conn.hdel(control.SUPERVISORS, self.supervisor_id)
-                await conn.delete(control.spawn_key(self.supervisor_id))
+                await conn.hdel(keys.SUPERVISORS, self.supervisor_id)
+                await conn.delete(keys.spawn_key(self.supervisor_id))
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -17,9 +17,12 @@ import redis.asyncio
 from sqlalchemy.exc import SQLAlchemyError
 
 import echomq
-from codemojex import control, crashpoints, store, tracing
+import echomq.errors
+import echomq.ids
+from codemojex import control, crashpoints, keys, store, tracing
+from codemojex.admin import Admin
 from codemojex.config import Config
-from codemojex.game import Admin, Game
+from codemojex.game import Game
 from codemojex.metrics import WorkerMetrics
 from codemojex.score_worker import ScoreWorker
 from echomq.backoff import Backoff
@@ -37,7 +40,7 @@ async def _until_ready(game: Game) -> None:
             await game.rounds.ensure()
             await game.agree_on_layout()  # LayoutMismatch: a configuration error, not retried
             return
-        except (*echomq.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
+        except (*echomq.errors.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
             delay = backoff.next_delay()
             log.warning(
                 "valkey or sql unavailable (%s: %s); retrying in %.1fs", type(e).__name__, e, delay
@@ -54,7 +57,7 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Partitione
     try:
         while True:
             try:
-                if await conn.blpop([control.kill_key(worker_id)], timeout=0):
+                if await conn.blpop([keys.kill_key(worker_id)], timeout=0):
                     holding = [c.job_id for c in consumer.running]
                     with contextlib.suppress(redis.RedisError, OSError):
                         control.record_killed_sync(note, worker_id, holding)
@@ -64,7 +67,7 @@ async def _listen_for_kill(url: str, worker_id: str, consumer: echomq.Partitione
                         extra={"worker_id": worker_id, "job_id": holding[0] if holding else None},
                     )
                     os.kill(os.getpid(), signal.SIGKILL)
-            except echomq.TRANSIENT:
+            except echomq.errors.TRANSIENT:
                 await asyncio.sleep(1)
     finally:
         note.close()
@@ -115,7 +118,7 @@ def _fault_hooks() -> list[echomq.Hooks]:
 
 
 async def run_worker(config: Config, worker_id: str | None = None) -> None:
-    worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.worker_id()
+    worker_id = worker_id or os.environ.get("CODEMOJEX_WORKER_ID") or echomq.ids.worker_id()
     tracing.configure("codemojex-worker")  # off unless OTEL_* ask (docs/observability.md)
     game = Game.connect(config)
     for partition in game.queues.partitions:
@@ -167,7 +170,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
     tasks: list[asyncio.Task[None]] = []
     try:
         await _until_ready(game)
-        with contextlib.suppress(*echomq.TRANSIENT):
+        with contextlib.suppress(*echomq.errors.TRANSIENT):
             await control.remember_worker(game.conn, worker_id)
         tasks = [
             asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id, guesses)),

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from codemojex.admin import Admin
 from codemojex.config import Config
-from codemojex.game import Admin, Game
+from codemojex.game import Game
 from echomq.server import EmbeddedValkey
 from tests.chaos import harness
 from tests.chaos.conftest import make_config, worker_env

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from codemojex.cli import build_parser, child_env, redact
+from codemojex.cli import build_parser
 from codemojex.config import Config
+from codemojex.launch import child_env, redact
 from echomq.server import EmbeddedValkey
 from harness.running import ROOT, Up, wait_until
 

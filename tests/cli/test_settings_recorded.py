@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from codemojex import cli
+from codemojex import cli, launch
 from codemojex.config import Config, ConfigError, ProcessOptions
 from codemojex.settings import declared
 
@@ -145,8 +145,8 @@ def resolved(argv: list[str], env: dict[str, str]) -> Any:
     os.environ.update({k: v for k, v in saved.items() if not k.startswith("CODEMOJEX_")})
     os.environ.update(env)
     try:
-        config = cli._config(cli.build_parser().parse_args(argv))
-    except (cli.Fatal, ConfigError) as e:
+        config = launch.config_of(cli.build_parser().parse_args(argv))
+    except (launch.Fatal, ConfigError) as e:
         return f"refused: {e}"
     finally:
         os.environ.clear()
@@ -163,7 +163,7 @@ def children(changes: dict[str, Any]) -> dict[str, str]:
             k: Path(v) if k == "data_dir" else tuple(v) if isinstance(v, list) else v
             for k, v in changes.items()
         }
-        return cli.child_env(Config(**typed))
+        return launch.child_env(Config(**typed))
     finally:
         os.environ.clear()
         os.environ.update(saved)

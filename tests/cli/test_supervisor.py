@@ -15,7 +15,8 @@ import pytest
 import redis
 
 import echomq
-from codemojex import control
+import echomq.ids
+from codemojex import keys
 from harness.running import Up, cmdline, is_running, wait_until
 from tests.cli.test_up import alive_workers, client
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 def exits(conn: redis.Redis) -> dict[str, dict[str, Any]]:
-    raw: dict[bytes, bytes] = conn.hgetall(control.EXITS)  # type: ignore[assignment]
+    raw: dict[bytes, bytes] = conn.hgetall(keys.EXITS)  # type: ignore[assignment]
     return {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
 
@@ -66,7 +67,7 @@ def test_a_killed_worker_is_replaced_under_a_new_id_and_its_death_recorded(
                 logs=up.logs,
             )
             (newcomer,) = set(second) - set(first)
-            assert echomq.is_branded(newcomer, "WRK")
+            assert echomq.ids.is_branded(newcomer, "WRK")
             assert second[newcomer]["pid"] in up.track()
 
             # A kill order through the admin API: the order travels through Valkey.

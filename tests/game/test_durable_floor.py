@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from codemojex import store
+from codemojex.admin import ARCHIVE_BATCH, ARCHIVE_OVERLAP_MS, Admin
 from codemojex.errors import Conflict
-from codemojex.game import ARCHIVE_BATCH, ARCHIVE_OVERLAP_MS, Admin, Game
+from codemojex.game import Game
 
 
 async def _kill(game: Game, n: int) -> list[str]:

@@ -229,7 +229,7 @@ async def test_points_do_not_depend_on_scoring_order_crashes_or_retries(
 
 
 async def test_dead_jobs_land_in_sql_and_retry_puts_them_back_on_their_lane(game: Game) -> None:
-    from codemojex.game import Admin
+    from codemojex.admin import Admin
 
     (player,) = await new_players(game, 1)
     rnd, _ = await game.current_round()

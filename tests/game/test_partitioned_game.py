@@ -20,10 +20,11 @@ import pytest
 from sqlalchemy import select
 
 import echomq
-from codemojex import layout
+from codemojex import keys, layout
+from codemojex.admin import Admin
 from codemojex.config import Config
 from codemojex.errors import JobNotFound, NotYourGuess, Unavailable
-from codemojex.game import Admin, Game, floor_cursor
+from codemojex.game import Game
 from codemojex.store.models import ScoreRow
 from echomq.partitions import partition_of
 from tests.game.test_exactly_once import new_players, wait_until
@@ -180,7 +181,7 @@ async def test_dead_jobs_are_archived_and_retried_on_their_own_partition(pgame: 
     assert set(rows) == set(jobs)
     for q in pgame.queues.partitions:  # one floor cursor per partition, each moved
         if (await q.stats())["dead"]:
-            assert await pgame.conn.get(floor_cursor(q.name)) is not None
+            assert await pgame.conn.get(keys.floor_cursor(q.name)) is not None
     victim = jobs[-1]
     await admin.retry_dead(victim)
     owner = players[-1]
@@ -193,7 +194,7 @@ async def test_dead_jobs_are_archived_and_retried_on_their_own_partition(pgame: 
 
 async def test_processes_of_another_layout_are_refused(pgame: Game, config: Config) -> None:
     await pgame.agree_on_layout()  # records 3
-    assert await pgame.conn.get(layout.LAYOUT_KEY) == b"3"
+    assert await pgame.conn.get(keys.LAYOUT) == b"3"
     other = Game.connect(config)  # --partitions 1 against a game of 3
     try:
         with pytest.raises(layout.LayoutMismatch, match="CODEMOJEX_PARTITIONS=3"):
