@@ -35,7 +35,7 @@ class Script:
     """One Lua script as the server sees it: its ``--@include`` lines spliced in.
 
     Attributes:
-        name: the file's stem (``take_token`` for ``take_token.lua``).
+        name: the file's stem (``take`` for ``take.lua``).
         source: the text sent by EVAL, includes spliced.
         sha: its SHA1, what EVALSHA names it by.
     """

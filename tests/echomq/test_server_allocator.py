@@ -89,7 +89,7 @@ def test_jemalloc_required_but_missing_fails_clearly_and_starts_nothing(
 ) -> None:
     if built_with_malloc(find_valkey_server()) == "jemalloc":
         pytest.skip("this valkey-server is built with jemalloc: nothing to preload")
-    monkeypatch.setattr("echomq.server.find_jemalloc", lambda: None)
+    monkeypatch.setattr("echomq.server.allocator.find_jemalloc", lambda: None)
     server = EmbeddedValkey(tmp_path, allocator="jemalloc")
     with pytest.raises(ServerError, match="apt install libjemalloc2"):
         server.start()

@@ -1,5 +1,5 @@
 -- Token buckets on the server clock, spliced in with `--@include bucket` (lane_enqueue's
--- rate limit, and an application's own scripts: codemojex's take_token). One layout:
+-- rate limit, and an application's own scripts through echomq.scripts). One layout:
 --   hash {tokens, ts}   tokens: the level after the last take (decimal)
 --                       ts:     server ms of that take
 --   absent = a full bucket: the key expires once refilled, so an idle subject leaves
@@ -10,9 +10,8 @@
 
 -- The bucket's level at `now`, and the ms until one token is due (0 = one is there).
 -- Reads only: a caller with more checks to run peeks first and takes after them.
--- `at_ms`: what codemojex's take_token called `ts` before the two buckets were one
--- (<= 0.1.0); such a hash lives at most burst / rate + 1 s after its last take, so this
--- fallback matters only in the minutes after an upgrade.
+-- `at_ms` is read where `ts` is missing: an earlier layout's name for it, kept so a bucket
+-- written before an upgrade keeps its time (such a hash expires within burst / rate + 1 s).
 local function bucket_peek(key, rate, burst, now)
   local b = redis.call('HMGET', key, 'tokens', 'ts', 'at_ms')
   local tokens = burst
