@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import Receive, Scope, Send
 
 from codemojex import store
-from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound
+from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound, Unavailable
 from echomq.ids import is_branded
 from web import intake
 from web.errors import (
@@ -98,11 +98,8 @@ async def healthz(request: Request) -> Response:
     if all(health.values()):
         return JSONResponse({"status": "ok", **health})
     down = " and ".join(name for name, ok in health.items() if not ok)
-    return JSONResponse(
-        {"error": "unavailable", "detail": f"{down} not answering", **health},
-        status_code=503,
-        headers={"Retry-After": str(RETRY_AFTER_S)},
-    )
+    exc = Unavailable(f"{down} not answering", retry_after_s=RETRY_AFTER_S)
+    return JSONResponse({**exc.body(), **health}, status_code=exc.status, headers=exc.headers())
 
 
 async def livez(_request: Request) -> Response:

@@ -28,12 +28,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 import echomq.admin
+from codemojex.admin import Admin
 from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
-from codemojex.game import Admin, Game
+from codemojex.game import Game
 from codemojex.metrics import metrics_authorized
 from web import admin, api, intake, ws
-from web.door import Door, Gate, GateCollector
+from web.door.collector import GateCollector
+from web.door.gate import Gate
+from web.door.middleware import Door
 from web.errors import (
     BACKEND_ERRORS,
     Edge,
@@ -116,7 +119,7 @@ def create_app(config: Config) -> Starlette:
     """The web app for ``config``; nothing connects until the lifespan starts."""
     admin_token = config.resolve_admin_token()
     meters = Metrics()  # before the lifespan: the request middleware counts into it
-    # The door (web/door.py): the API requests this process works on at once, who waits.
+    # The door (web/door/): the API requests this process works on at once, who waits.
     gate = Gate(
         limit=config.door_in_flight,
         wait_ms=config.door_wait_ms,

@@ -83,8 +83,43 @@ class NotFound(CodemojexError):
     default_detail = "no such resource"
 
 
+class Overloaded(Unavailable):
+    """Shed at the door: this server is busy, not its backend down."""
+
+    code = "overloaded"
+
+
+# -- rendering: the same error over HTTP and as the socket's error frame ----------------------
+
+
 def error_response(exc: CodemojexError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+
+def prebuilt_response(exc: CodemojexError) -> tuple[Message, Message]:
+    """``exc``'s HTTP answer as the two ASGI messages, built once for an answer sent often
+    (the door's refusals), where a response object per answer would cost the hot path."""
+    body = orjson.dumps(exc.body())
+    start: Message = {
+        "type": "http.response.start",
+        "status": exc.status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *((k.lower().encode(), v.encode()) for k, v in exc.headers().items()),
+        ],
+    }
+    return start, {"type": "http.response.body", "body": body}
+
+
+def error_frame(exc: CodemojexError, client_id: str | None) -> dict[str, Any]:
+    """``exc`` as the socket's ``error`` message: the HTTP body's fields, its
+    ``Retry-After`` as ``retry_after``."""
+    out: dict[str, Any] = {"type": "error", "client_id": client_id, **exc.body()}
+    retry = exc.headers().get("Retry-After")
+    if retry is not None:
+        out["retry_after"] = int(retry)
+    return out
 
 
 def unavailable_response(detail: str | None = None) -> JSONResponse:

@@ -17,7 +17,7 @@ from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Game
 from codemojex.guesses import Accepted
-from web.door import Gate
+from web.door.gate import Gate
 from web.errors import BACKEND_ERRORS
 from web.hub import Hub
 from web.metrics import Metrics
@@ -124,7 +124,7 @@ class Services:
 
 
 def guess_refused_locally(scope: Scope, token: str) -> bool:
-    """The door's peek (``web.door.Door``): a ``POST /api/guesses`` that
+    """The door's peek (``web.door.middleware.Door``): a ``POST /api/guesses`` that
     :meth:`Services.refused_locally` says will be refused without Valkey."""
     if scope["path"] != "/api/guesses":
         return False
@@ -133,7 +133,7 @@ def guess_refused_locally(scope: Scope, token: str) -> bool:
 
 
 def token_known(scope: Scope, token: str) -> bool:
-    """The door's ``known`` (``web.door.Door``): ``token`` is one this process has
+    """The door's ``known`` (``web.door.middleware.Door``): ``token`` is one this process has
     authenticated lately. No I/O."""
     services = getattr(scope["app"].state, "services", None)
     return isinstance(services, Services) and services.game.known_player(token) is not None

@@ -20,7 +20,7 @@ closes with 1013 — never 1011.
 
 What a socket costs before it is a socket is bounded too: its handshake (the origin check
 and the token's lookup) holds one of its address's requests at the door
-(:meth:`web.door.Gate.address_slot`; past the bound it is closed 1013), and a token that
+(:meth:`web.door.gate.Gate.address_slot`; past the bound it is closed 1013), and a token that
 failed lately is refused without a lookup (:class:`web.services.BadTokens`). Frames that are
 no guess (pings, malformed ones) cost a reply each, so a socket may send only
 :data:`FRAME_RATE_PER_S` of them a second (bursts of :data:`FRAME_BURST`); past that it is
@@ -43,16 +43,17 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from codemojex import store
 from codemojex.admission import address_key
-from codemojex.errors import CodemojexError, InvalidBody, Unauthorized
+from codemojex.errors import CodemojexError, InvalidBody, Unauthorized, Unavailable
 from codemojex.guesses import Accepted
 from web.deadlines import Deadlines
-from web.door import RETRY_AFTER_S as DOOR_RETRY_AFTER_S
-from web.door import Shed, origin_allowed, through
+from web.door.admit import Shed, through
+from web.door.origin import origin_allowed
 from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
     RETRY_AFTER_S,
     NotFound,
+    error_frame,
     idempotency_key,
     parse_json_object,
 )
@@ -292,7 +293,7 @@ async def _answer(
 ) -> dict[str, Any] | None:
     """The reply to one client frame (None: nothing to say).
 
-    A guess goes through the same door as ``POST /api/guesses`` (:func:`web.door.through`:
+    A guess goes through the same door as ``POST /api/guesses`` (:func:`web.door.admit.through`:
     weighed by its token's rate and its address's, lightest first, the heaviest shed), or
     a socket would be a way around it for a masher. Shed, it is answered with an
     ``overloaded`` error frame and ``retry_after``, no sooner than a second after it came:
@@ -336,29 +337,13 @@ async def _answer(
                 guess=True,
             )
             if isinstance(outcome, Shed):
-                return {
-                    "type": "error",
-                    "client_id": client_id,
-                    "error": "overloaded",
-                    "detail": outcome.detail,
-                    "retry_after": DOOR_RETRY_AFTER_S,
-                }
+                return error_frame(outcome.error, client_id)
             accepted = outcome
     except CodemojexError as exc:
-        out: dict[str, Any] = {"type": "error", "client_id": client_id, **exc.body()}
-        retry = exc.headers().get("Retry-After")
-        if retry is not None:
-            out["retry_after"] = int(retry)
-        return out
+        return error_frame(exc, client_id)
     except BACKEND_ERRORS as exc:
         log.warning("socket guess: backend unavailable: %s: %s", type(exc).__name__, exc)
-        return {
-            "type": "error",
-            "client_id": client_id,
-            "error": "unavailable",
-            "detail": "the game is temporarily unavailable",
-            "retry_after": RETRY_AFTER_S,
-        }
+        return error_frame(Unavailable(retry_after_s=RETRY_AFTER_S), client_id)
     return {
         "type": "accepted",
         "client_id": client_id,

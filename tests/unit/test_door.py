@@ -11,20 +11,19 @@ import pytest
 from starlette.types import Message
 
 from codemojex.admission import BucketMirror, address_key
-from web.door import (
+from web.door.admit import Shed, through
+from web.door.body import BodyDeadlines
+from web.door.gate import (
     HEAVY_FLOOR,
     LIGHT_PATIENCE,
     LIGHT_RATE,
     MAX_REFUSAL_S,
     MAX_WAITING,
     MIN_REFUSAL_S,
-    RETRY_AFTER_S,
-    BodyDeadlines,
-    FlowRates,
     Gate,
-    Shed,
-    through,
 )
+from web.door.rates import FlowRates
+from web.errors import RETRY_AFTER_S
 
 
 class Clock:
@@ -272,7 +271,7 @@ async def test_light_requests_may_hold_twice_the_bound_heavy_ones_not() -> None:
 async def test_under_overload_an_address_heavy_admissions_keep_to_its_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
+    monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
     clock = Clock()
     gate = Gate(limit=4, wait_ms=50, address_limit=0, clock=clock)
 
@@ -369,7 +368,7 @@ async def test_an_honest_crowd_piled_up_at_the_door_is_not_charged_to_its_share(
     # the CPU starves, so each player has a few requests waiting at the door at once. By
     # their rates they are light; the requests at the door order them in the queue, but
     # charging those to the address's share shed ~1 % of the crowd (503 overloaded).
-    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)
+    monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)
     clock = Clock()
     gate = Gate(limit=16, wait_ms=500, address_limit=0, clock=clock)
 
@@ -443,7 +442,7 @@ def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() 
 async def test_an_address_sending_many_requests_without_a_token_is_heavy_by_its_own_rate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("web.door.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
+    monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)  # no held refusals on a test's clock
     clock = Clock()
     gate = Gate(limit=1, wait_ms=20, address_limit=0, clock=clock)
 

@@ -1,4 +1,4 @@
-"""The door on a real server (web/door.py, docs/contract.md §4 Overload): a flood past the bound is
+"""The door on a real server (web/door/, docs/contract.md §4 Overload): a flood past the bound is
 shed ``503 overloaded`` (never ``unavailable``, never a 500) while a light player in the
 same flood is served; the Valkey pool waits instead of failing; a guess the bucket mirror
 refuses costs no Valkey command and still gets the contract's earlier answers first; one

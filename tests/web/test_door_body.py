@@ -1,6 +1,6 @@
 """A request counts against the door only once its body has arrived (docs/contract.md §4
 Overload): bodies that never come hold their own connections, not the door's slots, and
-are answered ``408 request_timeout`` at :data:`web.door.BODY_TIMEOUT_S`.
+are answered ``408 request_timeout`` at :data:`web.door.body.BODY_TIMEOUT_S`.
 
 The attacker is a raw socket from 127.0.0.2 that declares a body and sends none; the
 honest players read and guess from 127.0.0.1, on the real app under a real uvicorn.
@@ -15,7 +15,7 @@ import pytest
 
 from tests.web.conftest import bearer
 from tests.web.test_door import GUESS, serve
-from web.door import BODY_TIMEOUT_S
+from web.door.body import BODY_TIMEOUT_S
 
 pytestmark = pytest.mark.timeout(60)
 

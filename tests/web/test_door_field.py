@@ -17,7 +17,7 @@ import pytest
 
 from tests.web.conftest import bearer
 from tests.web.test_door import serve
-from web.door import LIGHT_RATE
+from web.door.gate import LIGHT_RATE
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""A socket's guess frames go through the same door as ``POST /api/guesses`` (web/door.py,
+"""A socket's guess frames go through the same door as ``POST /api/guesses`` (web/door/,
 docs/contract.md §4 Overload): weighed, let in lightest first, shed with an ``overloaded`` error
 frame and ``retry_after`` when the door is full, and answered without a queue when the
 bucket mirror already refuses the player. Without it a masher's socket was a way around
@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from harness.helpers import slow_request, sql_write_locked
 from tests.web.conftest import of_type, recv_until
 from tests.web.test_door import serve
-from web.door import MIN_REFUSAL_S
+from web.door.gate import MIN_REFUSAL_S
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -84,7 +84,7 @@ def test_the_error_codes_are_those_the_errors_carry() -> None:
         return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
 
     raised = {c.code for c in subclasses(CodemojexError)}
-    # web/door.py sheds with 503 overloaded from the ASGI layer, before any handler.
+    # web/door/ sheds with 503 overloaded from the ASGI layer, before any handler.
     assert set(views.ERROR_CODES) == raised | {"overloaded"}
 
 
