@@ -1,5 +1,5 @@
 """What a run is compared with: an older revision's tree (``--baseline``), the floor
-(``--floor``, bench/bench_floor.py) and the source state a run records."""
+(``--floor``, bench/floor/) and the source state a run records."""
 
 from __future__ import annotations
 
@@ -97,15 +97,16 @@ def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str
 
 def measure_floor(a: argparse.Namespace, opts: Options) -> list[dict[str, Any]]:
     """bench_floor at this run's rates, duration, players and workers (its rows)."""
-    from bench import bench_floor
+    from bench.floor.cli import parse
+    from bench.floor.run import measure, print_table
 
     console.print("[bold]floor[/]: bench_floor at the same rates, players and workers")
     args = ["--rates", ",".join(f"{r:g}" for r in opts.rates), "--duration", f"{opts.duration:g}"]
     args += ["--players", str(opts.players), "--workers", str(a.workers)]
     args += ["--schedule", opts.schedule, *(["--quiet"] if not a.progress else [])]
-    result = bench_floor.measure(bench_floor.parse(args))
+    result = measure(parse(args))
     rows: list[dict[str, Any]] = result["rows"]
-    bench_floor.print_table(rows, "floor: bench_floor, same run")
+    print_table(rows, "floor: bench_floor, same run")
     return rows
 
 

@@ -7,17 +7,18 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from bench import bench_floor
+from bench.floor.cli import parse
+from bench.floor.run import measure, print_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 def test_every_guess_is_accepted_and_scored_and_every_figure_is_read() -> None:
-    opts = bench_floor.parse(
+    opts = parse(
         ["--rates", "100", "--duration", "2", "--warmup", "0.5", "--players", "5", "--workers", "1"]
         + ["--quiet"]
     )
-    result = bench_floor.measure(opts)
+    result = measure(opts)
     (row,) = result["rows"]
     assert row["sent"] > 0
     assert row["accepted"] == row["sent"] == row["scored"]
@@ -28,6 +29,6 @@ def test_every_guess_is_accepted_and_scored_and_every_figure_is_read() -> None:
         assert row["cpu"][role]["ms_per_guess"] > 0, role
     assert row["server_ms_per_guess"] > 0 and row["jobs_per_batch"] >= 1
     console = Console(record=True, width=200)
-    bench_floor.print_table(result["rows"], "floor", console)
+    print_table(result["rows"], "floor", console)
     text = console.export_text()
     assert "100/s" in text and "server" in text

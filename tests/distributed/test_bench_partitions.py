@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.bench_partitions import Options, run, write_html
+from bench.partitions.cli import run
+from bench.partitions.options import Options
+from bench.partitions.report import write_html
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
