@@ -90,11 +90,11 @@ class Config:
         help="make every score take at least this long, so a kill lands mid-score",
         flag_of=SCORING,
     )
+    # lane_cap, guess_rate/guess_burst and player_rate/player_burst: what the game admits,
+    # taken by every check as one codemojex.admission.Limits.
     lane_cap: int = setting(
         100, help="guesses a player may have accepted and not yet scored", flag_of=GAME
     )
-    # Per-player submission rate: a token bucket on the Valkey server clock, checked in the
-    # enqueue script. guess_rate tokens a second (0 = off), at most guess_burst at once.
     guess_rate: float = setting(
         10.0,
         help="guesses a second per player, a token bucket on the Valkey clock",
@@ -175,8 +175,8 @@ class Config:
     # stay under the per-player cap. A resume further back than replay_max_events gets a
     # gap (the page refetches) instead of a replay that costs the server a long scan.
     sockets_per_player: int = setting(5)
-    # New players per client address: a token bucket in Valkey (0 = off). The burst lets a
-    # load test or a classroom behind one address start a few hundred players at once.
+    # The new-player burst lets a load test or a classroom behind one address start a few
+    # hundred players at once.
     player_rate: float = setting(1.0)
     player_burst: int = setting(300)
     # The door of a web process (web/door.py), for /api/ requests. 32: concurrent enqueues

@@ -154,14 +154,15 @@ class _WorkerCollector(Collector):
             "be reached), timed_out (scoring past the time limit, also counted as failed)",
             labels=["outcome"],
         )
+        counts = consumer.counts
         outcomes = {
-            "completed": consumer.completed,
-            "failed": consumer.failed,
-            "stale": consumer.stale,
-            "lost": consumer.lost,
-            "released": consumer.released,
-            "unavailable": consumer.unavailable,
-            "timed_out": consumer.timed_out,
+            "completed": counts.completed,
+            "failed": counts.failed,
+            "stale": counts.stale,
+            "lost": counts.lost,
+            "released": counts.released,
+            "unavailable": counts.unavailable,
+            "timed_out": counts.timed_out,
         }
         for outcome, count in outcomes.items():
             jobs.add_metric([outcome], count)

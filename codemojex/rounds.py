@@ -22,7 +22,7 @@ import echomq
 import echomq.ids
 import echomq.scripts
 from codemojex import keys, store
-from codemojex.config import Config
+from codemojex.config import ROUND_QUEUE, Config
 from codemojex.rules import new_secret
 from codemojex.views import RoundView
 
@@ -86,7 +86,7 @@ class Rounds:
         self.conn = conn
         self.engine = engine
         self.config = config
-        self.queue = echomq.Queue(conn, "rounds")
+        self.queue = echomq.Queue(conn, ROUND_QUEUE)
         self._cache: dict[str, RoundInfo] = {}  # rounds never change once opened
 
     async def current(self) -> RoundInfo | None:

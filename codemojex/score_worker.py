@@ -17,7 +17,7 @@ still locked past its busy timeout), the handler raises :class:`echomq.Unavailab
 guess goes back to its lane with no delivery spent and no failure counted, and the worker
 claims nothing more until the database answers: the consumer calls :meth:`ScoreWorker.probe`
 (a write that touches no row), backing off up to half a second. Any other SQL error fails
-the attempt as before.
+the attempt like any handler error.
 """
 
 from __future__ import annotations
@@ -169,11 +169,11 @@ class ScoreWorker:
         """The consumer's probe while the database is down (``Consumer(probe=)``): returns
         once a score write could go through, raises while it could not.
 
-        A probe job, EchoMQ's default, needs a job to probe with: with two workers, the one
-        still waiting found none for seconds at a time after PostgreSQL was back, because
-        the other, already scoring, claimed each guess first (the restart chaos test). An
-        error that does not say the database is unreachable (a missing table, a refused
-        permission) ends the wait too: the handlers then meet it and fail as before."""
+        Not EchoMQ's default probe job: it needs a job to probe with, and with two workers
+        the one still waiting can find none for seconds at a time once PostgreSQL is back,
+        the other, already scoring, claiming each guess first. An error that does not say
+        the database is unreachable (a missing table, a refused permission) ends the wait
+        too: the handlers then meet it and fail the attempt."""
         try:
             await asyncio.wait_for(store.check_writable(self.engine), PROBE_TIMEOUT_S)
         except Exception as e:

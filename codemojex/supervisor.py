@@ -5,7 +5,7 @@
   terminal's Ctrl-C reaches only us, so we decide the order things stop in).
 * Children are forked from a fork server (``codemojex.zygote``) that has imported the stack
   once: a web server or a worker, and a replacement for a killed one, starts without 1.5 s of
-  CPU spent importing. Where the fork server cannot start they are spawned as before.
+  CPU spent importing. Where the fork server cannot start they are spawned (``subprocess``).
 * A worker that dies is replaced after a short delay (longer if it keeps dying at start)
   **under a new worker id**, and why it died ("killed (SIGKILL)", "exited 1") is recorded in
   Valkey for the admin page. The web server is restarted the same way, on the same port.

@@ -12,8 +12,8 @@ advisory — SQLite's own locking still guarantees correctness, so other writers
 rounds, dead jobs) need not take it — and the kernel drops it with a process that dies.
 
 A writer never waits for it longer than SQLite would have (the busy timeout): past that it
-goes ahead without it and lets SQLite decide, so a frozen holder fails writes as before
-instead of blocking them forever.
+goes ahead without it and lets SQLite decide, so a frozen holder fails writes after the busy
+timeout, as SQLite alone would, instead of blocking them forever.
 """
 
 from __future__ import annotations
