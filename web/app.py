@@ -47,6 +47,7 @@ from web.errors import (
 from web.hub import Hub
 from web.metrics import Metrics, RouteMetrics
 from web.openapi import openapi_document
+from web.replay import Replays
 from web.responses import JSONResponse
 from web.services import Services, guess_refused_locally, services_of, token_known
 
@@ -134,7 +135,7 @@ def create_app(config: Config) -> Starlette:
         game = Game.connect(config)
         hub = Hub(game, meters)
         hub.start()
-        app.state.services = Services(config, game, hub, meters, admin_token, gate)
+        app.state.services = Services(config, game, hub, meters, admin_token, Replays(game), gate)
         app.state.door = gate
         try:
             yield

@@ -20,7 +20,10 @@ from typing import Any, Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 EXTENSION = "codemojex.frames"
-CLOSE_GRACE_S = 2.0  # how long a closed socket may take to echo our close before it is cut
+# 1013 "try again later": the backend failed the socket, or a full process made room; the
+# page reconnects with backoff.
+CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_TIMEOUT_S = 2.0  # how long a socket may take to take our close frame before it is cut
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -158,7 +161,7 @@ class FramesProtocol(WebSocketsSansIOProtocol):
         """Close from outside the app's task (the hub evicting a slow socket): the app's
         next ``receive`` answers a disconnect with ``code``. A reader too slow to take
         what was written may never read the close frame either, so the connection is cut
-        after :data:`CLOSE_GRACE_S` whether or not the peer echoed it."""
+        after :data:`CLOSE_TIMEOUT_S` whether or not the peer echoed it."""
         if not self._open():
             return
         self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": ""})
@@ -168,4 +171,4 @@ class FramesProtocol(WebSocketsSansIOProtocol):
         if self.read_paused:  # keep reading: the peer's close echo ends it early
             self.read_paused = False
             self.transport.resume_reading()
-        self.close_timer = self.loop.call_later(CLOSE_GRACE_S, self.transport.abort)
+        self.close_timer = self.loop.call_later(CLOSE_TIMEOUT_S, self.transport.abort)

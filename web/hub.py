@@ -23,42 +23,33 @@ broadcast the flusher stays quiet long enough that every socket gets at most
 message every 2 s), yielding to the event loop every :data:`FANOUT_SLICE` sockets so that
 guesses keep being answered while it writes. The hub never waits for a socket: one whose
 unsent bytes pass its bound is evicted (:mod:`web.outbox`) — closed with 4008, and the page
-resumes with ``after=`` — so a slow browser cannot slow the others.
-
-A resume point (``event_id``, sent back as ``after=``) is an id of one events stream. On a
-partitioned queue every partition has its own stream and ids, but a player's guesses all
-live on one partition (their lane's), so their scores all come from that partition's
-stream: the id is a position in it, and replay and gap checks read that stream alone.
+resumes with ``after=`` (:mod:`web.replay`) — so a slow browser cannot slow the others.
+Which sockets there are, and who makes room in a full process, is :mod:`web.sockets`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import ipaddress
 import logging
-import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypedDict, cast
-
-import orjson
+from collections.abc import Sequence
+from typing import Any
 
 import echomq
 from codemojex import store, tracing
 from codemojex.game import Game
-from codemojex.results import read_score
 from codemojex.views import Standing
 from echomq.backoff import Backoff
 from echomq.connection import Client, is_cluster
 from echomq.events import Tail
 from echomq.ids import ulid_time_ms
-from web.allowance import Allowances
 from web.frames import FrameSink
+from web.messages import PING, parse_event_id, progress_topic, score_message
 from web.metrics import Metrics
 from web.outbox import OUTBOX_BYTES, Connection, Outgoing
 from web.progress import FieldProgress, RoundProgress
+from web.sockets import Sockets
 
 log = logging.getLogger("codemojex.web.hub")
 
@@ -74,65 +65,16 @@ FANOUT_FRAMES_PER_S = 5_000
 # A paced broadcast yields to the event loop after this many sockets, so a crowd's fan-out
 # (10,000 writes) never holds a guess's request behind it for the whole of it.
 FANOUT_SLICE = 64
-CLOSE_TRY_AGAIN_LATER = 1013
 PING_INTERVAL_S = 20.0  # a socket that was sent nothing this long gets a ping (proxies)
 PING_SWEEP_S = 1.0
 BLOCK_MS = 5_000
 # Longer than the XREAD block, so it fires only on a server that has silently gone away.
 READER_SOCKET_TIMEOUT_S = BLOCK_MS / 1000 + 10
 READ_COUNT = 500
-REPLAY_PAGE = 1_000
-CLOSE_TIMEOUT_S = 2.0
-_MAX_ID_PART = 2**64 - 1
-
-
-def parse_event_id(value: str) -> tuple[int, int] | None:
-    """``"ms-seq"`` (or ``"ms"``) as a comparable pair; None when it is not a stream id."""
-    ms, _, seq = value.partition("-")
-    if not ms.isdigit() or len(ms) > 20 or (seq and (not seq.isdigit() or len(seq) > 20)):
-        return None
-    pos = int(ms), int(seq or 0)
-    # Valkey's ids are two unsigned 64-bit numbers; a bigger one is no id it could answer.
-    return pos if max(pos) <= _MAX_ID_PART else None
-
-
-class ScoreMessage(TypedDict):
-    """The ``score`` message a player's socket gets (docs/contract.md §4)."""
-
-    type: Literal["score"]
-    event_id: str
-    job_id: str
-    round_id: Any
-    player_id: str
-    seq: Any
-    guess: Any
-    exact: Any
-    near: Any
-    solved: Any
-    points: Any
-
-
-def score_message(event: echomq.Event) -> ScoreMessage | None:
-    """The ``score`` message of a guesses-queue event, or None if it is not a score."""
-    if event.type != "completed":
-        return None
-    try:
-        r = event.result
-    except ValueError:
-        return None
-    shown = read_score(r)
-    if shown is None:
-        return None
-    return cast(
-        ScoreMessage, {"type": "score", "event_id": event.event_id, "job_id": event.job_id} | shown
-    )
-
-
-def dumps(message: Mapping[str, Any]) -> str:
-    return orjson.dumps(message).decode()
-
-
-PING = Outgoing.of({"type": "ping"})
+# Bounded: a cancel that lands while the client library is still setting up its connection
+# can be held there (seen on uvloop when the server failed to bind right after start-up),
+# and a process that is shutting down must not hang on it.
+STOP_TIMEOUT_S = 2.0
 
 
 class Hub:
@@ -145,17 +87,10 @@ class Hub:
         self.progress = FieldProgress()
         self._progress_sent: dict[str, bytes] = {}  # round id -> the last progress frame sent
         self._quiet_until = 0.0  # the fan-out budget: no paced broadcast before this
-        self._conns: set[Connection] = set()
-        self._by_player: dict[str, set[Connection]] = {}
-        self._by_address: dict[str, dict[Connection, None]] = {}  # in the order they came
-        cfg = game.config
-        # A resume's reads, charged across connections (docs/contract.md §4 "Overload").
-        # Three full windows a minute per player (a page that resumes too far back is
-        # charged the window it was refused), ten per address.
-        per_player = 3 * cfg.replay_max_events
-        self._replay_events = Allowances(per_player, per_player)
-        self._replay_events_by_address = Allowances(10 * per_player / 3, 10 * per_player / 3)
-        self._replays_by_address = Allowances(cfg.replays_per_minute, cfg.replays_per_minute)
+        self.registry = Sockets(game.config, metrics)
+        # The registry's own set and index, read in place on every broadcast and score.
+        self._conns = self.registry.conns
+        self._by_player = self.registry.by_player
         self._names: dict[str, str] = {}
         self._board: list[Standing] | None = None  # what the sockets were last sent
         self._board_dirty = True
@@ -182,117 +117,37 @@ class Hub:
         ]
 
     async def close(self) -> None:
-        """Stop the reader and the flusher, waiting at most ``CLOSE_TIMEOUT_S`` for them.
-
-        Bounded because a cancel that lands while the client library is still setting up
-        its connection can be held there (seen on uvloop when the server failed to bind
-        right after start-up): a process that is shutting down must not hang on it.
-        """
+        """Stop the reader and the flusher, waiting at most :data:`STOP_TIMEOUT_S` for them."""
         for task in self._tasks:
             task.cancel()
         if self._tasks:
-            _, stuck = await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S)
+            _, stuck = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
             for task in stuck:
                 log.warning(
                     "hub: %s did not stop within %.0f s; leaving it",
                     task.get_name(),
-                    CLOSE_TIMEOUT_S,
+                    STOP_TIMEOUT_S,
                 )
         self._tasks = []
         for reader in self._readers:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                async with asyncio.timeout(STOP_TIMEOUT_S):
                     await reader.aclose()
         self._readers = []
 
     # -- sockets --------------------------------------------------------------------------------
 
     def admits(self, player_id: str, address: str = "") -> bool:
-        """Whether one more socket of ``player_id`` from ``address`` (an
-        :func:`~codemojex.admission.address_key`) fits under this process's limits.
-
-        A full process does not simply refuse: a newcomer may take the newest socket of
-        the largest group of addresses (:meth:`_displaced_by`), which is closed 1013 (its
-        page reconnects later, as after a restart). So one address, or one customer's
-        many addresses, however many sockets it opens, cannot keep another's players
-        out."""
-        cfg = self.game.config
-        mine = self._by_player.get(player_id, ())
-        if cfg.sockets_per_player and len(mine) >= cfg.sockets_per_player:
-            return False
-        held = len(self._by_address.get(address, ()))
-        if cfg.sockets_per_address and held >= cfg.sockets_per_address:
-            return False
-        if not cfg.sockets_per_process or len(self._conns) < cfg.sockets_per_process:
-            return True
-        victim = self._displaced_by(address)
-        if victim is None:
-            return False
-        self.leave(victim)
-        victim.sink.close_now(CLOSE_TRY_AGAIN_LATER)
-        self.metrics.sockets_displaced.inc()
-        return True
-
-    def _displaced_by(self, address: str) -> Connection | None:
-        """The socket a newcomer from ``address`` takes in a full process, if any.
-
-        Addresses are grouped as :func:`address_groups` says (an IPv6 /64 in its /56 in
-        its /48): from the coarsest level down, a newcomer whose group holds nothing yet,
-        or at least two fewer than the largest other group, takes a socket of that largest
-        group; one whose group is the largest looks inside it at the next level; at the
-        finest it is refused. Within the group it takes from, the victim is the newest
-        socket of its largest subgroups, down to one address."""
-        mine = address_groups(address)
-        scope = list(self._by_address)
-        for level, key in enumerate(mine):
-            sizes = self._group_sizes(scope, level)
-            held = sizes.pop(key, 0)
-            if sizes:
-                largest = max(sizes, key=sizes.__getitem__)
-                if sizes[largest] > held:
-                    if held and sizes[largest] <= held + 1:
-                        return None  # taking one would only swap who is short
-                    return self._newest_of(
-                        [a for a in scope if _group(a, level) == largest], level + 1
-                    )
-            scope = [a for a in scope if _group(a, level) == key]
-        return None
-
-    def _group_sizes(self, addresses: Sequence[str], level: int) -> dict[str, int]:
-        sizes: dict[str, int] = {}
-        for a in addresses:
-            group = _group(a, level)
-            sizes[group] = sizes.get(group, 0) + len(self._by_address[a])
-        return sizes
-
-    def _newest_of(self, addresses: list[str], level: int) -> Connection:
-        """The newest socket of the largest subgroup of ``addresses`` at each level from
-        ``level`` down, ending at one address."""
-        while len(addresses) > 1:
-            sizes = self._group_sizes(addresses, level)
-            largest = max(sizes, key=sizes.__getitem__)
-            addresses = [a for a in addresses if _group(a, level) == largest]
-            level += 1
-        return next(reversed(self._by_address[addresses[0]]))
+        """Whether one more socket fits (:meth:`web.sockets.Sockets.admits`)."""
+        return self.registry.admits(player_id, address)
 
     def join(self, player_id: str, sink: FrameSink, address: str = "") -> Connection:
         conn = Connection(player_id, sink, address, self.outbox_limit)
-        self._conns.add(conn)
-        self._by_player.setdefault(player_id, set()).add(conn)
-        self._by_address.setdefault(address, {})[conn] = None
+        self.registry.join(conn)
         return conn
 
     def leave(self, conn: Connection) -> None:
-        self._conns.discard(conn)
-        for index, key in ((self._by_player, conn.player_id), (self._by_address, conn.address)):
-            held = index.get(key)
-            if held is not None and conn in held:
-                if isinstance(held, set):
-                    held.discard(conn)
-                else:
-                    del held[conn]
-                if not held:
-                    del index[key]
+        self.registry.leave(conn)
 
     @property
     def sockets(self) -> int:
@@ -352,53 +207,6 @@ class Hub:
         if sent is not None and not r.changed:
             return Outgoing(sent, topic=progress_topic(round_id))
         return await self._progress_out(round_id, r)  # newer than what the others have
-
-    async def gap_after(self, player_id: str, after: tuple[int, int]) -> bool:
-        """True when events after ``after`` may have been trimmed already from the stream
-        of ``player_id``'s scores (their partition's)."""
-        return await self.game.queue_of(player_id).events.trimmed_after(f"{after[0]}-{after[1]}")
-
-    async def resume(self, player_id: str, address: str, after: str) -> list[Outgoing] | None:
-        """A resuming socket's replay, if its player and address can still afford one:
-        None (the socket gets a gap, and the page refetches over HTTP) when either has
-        spent its allowance, or when the window is longer than what is left of it."""
-        budgets = (
-            (self._replay_events, player_id),
-            (self._replay_events_by_address, address),
-        )
-        left = min(b.available(k) for b, k in budgets)
-        if left <= 0 or self._replays_by_address.available(address) < 1:
-            return None
-        self._replays_by_address.spend(address, 1)
-        bounds = [x for x in (left, self.game.config.replay_max_events or math.inf) if x < math.inf]
-        budget = int(min(bounds)) if bounds else None
-        replay, read = await self.replay(player_id, after, budget)
-        for bucket, key in budgets:
-            bucket.spend(key, read)
-        return replay
-
-    async def replay(
-        self, player_id: str, after: str, budget: int | None = None
-    ) -> tuple[list[Outgoing] | None, int]:
-        """This player's retained scores after ``after``, oldest first, and the events
-        read; None when that means reading more than ``budget`` events (a gap)."""
-        out: list[Outgoing] = []
-        queue = self.game.queue_of(player_id)  # every score of theirs is in its stream
-        cursor = after
-        read = 0
-        while True:
-            page = REPLAY_PAGE if budget is None else min(REPLAY_PAGE, budget - read + 1)
-            events = await queue.events.since(cursor, count=page)
-            read += len(events)
-            if budget is not None and read > budget:
-                return None, read
-            for event in events:
-                msg = score_message(event)
-                if msg is not None and msg["player_id"] == player_id:
-                    out.append(Outgoing.of(msg, event.job_id))
-            if len(events) < page:
-                return out, read
-            cursor = events[-1].event_id
 
     # -- the reader -----------------------------------------------------------------------------
 
@@ -570,37 +378,6 @@ class Hub:
             idle_since = time.monotonic() - PING_INTERVAL_S
             for conn in [c for c in self._conns if c.wrote_at <= idle_since]:
                 self.offer(conn, PING)
-
-
-# The levels a full process groups client addresses by when it makes room: one customer
-# of a provider commonly holds a /48 or a /56 of IPv6 addresses, and any of its /64s.
-IPV6_GROUP_PREFIXES = (48, 56)
-
-
-@functools.lru_cache(maxsize=4096)
-def progress_topic(round_id: str) -> str:
-    """The topic of a round's progress messages: a newer one supersedes the older."""
-    return f"progress:{round_id}"
-
-
-@functools.lru_cache(maxsize=8192)
-def address_groups(address: str) -> tuple[str, ...]:
-    """The groups an :func:`~codemojex.admission.address_key` belongs to, coarsest first,
-    itself last: an IPv6 /64 as its /48, its /56 and itself; anything else as itself.
-    Cached: a full process's displacement groups every address it holds at each level."""
-    if ":" not in address or "/" not in address:
-        return (address,)
-    try:
-        net = ipaddress.IPv6Network(address)
-    except ValueError:
-        return (address,)
-    wider = [str(net.supernet(new_prefix=p)) for p in IPV6_GROUP_PREFIXES if p < net.prefixlen]
-    return (*wider, address)
-
-
-def _group(address: str, level: int) -> str:
-    groups = address_groups(address)
-    return groups[min(level, len(groups) - 1)]
 
 
 def _reader_failed(exc: BaseException, delay: float) -> None:

@@ -21,6 +21,7 @@ from web.door.gate import Gate
 from web.errors import BACKEND_ERRORS
 from web.hub import Hub
 from web.metrics import Metrics
+from web.replay import Replays
 
 # A token that failed to authenticate is refused without a lookup for this long: a client
 # that retries a bad token in a loop (or opens sockets with one) costs a hash, not a query.
@@ -72,6 +73,7 @@ class Services:
     hub: Hub
     metrics: Metrics
     admin_token: str
+    replays: Replays
     door: Gate | None = None  # the door's gate: a socket's guesses go through it too
     bad_tokens: BadTokens = field(default_factory=BadTokens)
 

@@ -57,9 +57,9 @@ from web.errors import (
     idempotency_key,
     parse_json_object,
 )
-from web.frames import EXTENSION, FrameSink
-from web.hub import parse_event_id
+from web.frames import CLOSE_TIMEOUT_S, CLOSE_TRY_AGAIN_LATER, EXTENSION, FrameSink
 from web.intake import read_guess
+from web.messages import parse_event_id
 from web.outbox import Connection, Outgoing
 from web.services import Services, services_of
 
@@ -67,7 +67,6 @@ log = logging.getLogger("codemojex.web.ws")
 
 CLOSE_UNSUPPORTED_DATA = status.WS_1003_UNSUPPORTED_DATA  # binary frames
 CLOSE_TOO_BIG = status.WS_1009_MESSAGE_TOO_BIG
-CLOSE_TRY_AGAIN_LATER = status.WS_1013_TRY_AGAIN_LATER  # the backend failed us; reconnect
 CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION  # past its rate of frames that are no guess
 
 # Frames that are no guess (pings, malformed ones) a socket may send: a page sends none of
@@ -80,7 +79,6 @@ BACKEND_TIMEOUT_S = 5.0
 # The socket's guesses each get that long for their backend work (one shared timer).
 _BACKEND_DEADLINES = Deadlines(BACKEND_TIMEOUT_S)
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
-CLOSE_TIMEOUT_S = 2.0  # a socket too slow to take our close frame is simply dropped
 DRAIN_POLL_S = 0.01
 
 
@@ -220,10 +218,12 @@ async def _greet(
         pos = parse_event_id(after)
         replay = None
         if pos is not None:
-            replay = await services.hub.resume(player.player_id, conn.address, f"{pos[0]}-{pos[1]}")
+            replay = await services.replays.resume(
+                player.player_id, conn.address, f"{pos[0]}-{pos[1]}"
+            )
         # No usable id, a replay past its bound or its player's or address's allowance,
         # or trimmed events: the page refetches.
-        if pos is None or replay is None or await services.hub.gap_after(player.player_id, pos):
+        if pos is None or replay is None or await services.replays.gap_after(player.player_id, pos):
             conn.send_now(Outgoing.of({"type": "gap"}))
         for item in replay or ():
             conn.send_now(item)

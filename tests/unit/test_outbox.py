@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import orjson
 
-from web.hub import progress_topic
+from web.messages import progress_topic
 from web.outbox import Connection, Outgoing
 
 

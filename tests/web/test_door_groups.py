@@ -21,7 +21,7 @@ from codemojex.config import Config
 from echomq.server import EmbeddedValkey
 from tests.web.conftest import Served, make_config, recv
 from tests.web.test_door import serve
-from web.hub import address_groups
+from web.sockets import address_groups
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 import echomq
-import web.hub
+import web.messages
+import web.replay
 from tests.web.conftest import Served, drain, of_type, recv, recv_until, submit, wait_completed
 
 pytestmark = pytest.mark.usefixtures("module_worker")
@@ -63,7 +64,7 @@ async def test_a_replay_over_several_pages_sends_each_own_score_once(
 ) -> None:
     # Pages of 3 over a window of 4 (other, me, other, me): my second score is on the
     # second page, which starts after the first page's last event and is short: the end.
-    monkeypatch.setattr(web.hub, "REPLAY_PAGE", 3)
+    monkeypatch.setattr(web.replay, "REPLAY_PAGE", 3)
     sent, mine = await _resume(served, mine=2, theirs=BUDGET - 2)
     assert [m["type"] for m in sent] == ["score", "score"]
     assert sorted(m["job_id"] for m in sent) == sorted(mine)
@@ -80,11 +81,11 @@ async def test_one_event_past_the_budget_is_a_gap_and_no_replay(served: Served) 
 )
 def test_a_completion_that_is_not_a_score_is_no_message(result: str) -> None:
     event = echomq.Event("1-0", "completed", "j", {"result": result})
-    assert web.hub.score_message(event) is None
+    assert web.messages.score_message(event) is None
 
 
 def test_a_score_message_carries_the_owner() -> None:
     event = echomq.Event("1-0", "completed", "j", {"result": '{"player_id": "p", "seq": 0}'})
-    message = web.hub.score_message(event)
+    message = web.messages.score_message(event)
     assert message is not None and message["player_id"] == "p" and message["job_id"] == "j"
-    assert web.hub.score_message(echomq.Event("1-0", "failed", "j", event.fields)) is None
+    assert web.messages.score_message(echomq.Event("1-0", "failed", "j", event.fields)) is None

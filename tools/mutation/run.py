@@ -118,7 +118,7 @@ GROUPS: dict[str, Group] = {
         settings=(("process_isolation", "forkserver"),),
     ),
     "hub": Group(
-        ("web/hub.py",),
+        ("web/hub.py", "web/messages.py", "web/sockets.py", "web/replay.py"),
         (
             "tests/web/test_ws.py",
             "tests/web/test_ws_contract.py",
@@ -128,11 +128,12 @@ GROUPS: dict[str, Group] = {
         ),
         "owner filtering: replay and push per player",
         (
-            "web.hub.xǁHubǁreplay*",
+            "web.replay.xǁReplaysǁreplay*",
             "web.hub.xǁHubǁ_on_guess_event*",
-            "web.hub.x_score_message*",
+            "web.messages.x_score_message*",
             "web.hub.xǁHubǁjoin*",
-            "web.hub.xǁHubǁleave*",
+            "web.sockets.xǁSocketsǁjoin*",
+            "web.sockets.xǁSocketsǁleave*",
             "web.hub.xǁHubǁ_offer*",
         ),
     ),
@@ -205,7 +206,7 @@ EQUIVALENT: dict[str, str] = {
     "web.hub.xǁHubǁ_offer__mutmut_3": (
         "`evicted or mine` for `evicted and mine`: offer() fails only once evicted is set"
     ),
-    "web.hub.xǁHubǁreplay__mutmut_15": (
+    "web.replay.xǁReplaysǁreplay__mutmut_15": (
         "page = budget + 2: one event more read before the same decision"
     ),
     "echomq.jobs.xǁJobsǁfail__mutmut_37": (
