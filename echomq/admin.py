@@ -1,10 +1,6 @@
-"""Cheap reads for operators and their tools: how many jobs are dead, which died before a
-time, how many workers are registered. Each is one command whose cost does not grow with
-the queue (O(1), or O(log n + limit)), so a metrics scrape or a periodic sweep may call
-them freely. Richer reads: ``q.jobs.dead()`` (dead jobs with their rows),
-:mod:`echomq.registry` (each worker's self-description), ``q.stats()`` (every state at
-once, in one script).
-"""
+"""Cheap reads for operators and their tools, each one command whose cost does not grow
+with the queue, so a metrics scrape may call them freely. Richer reads: ``q.jobs.dead()``,
+:mod:`echomq.registry`, ``q.stats()``."""
 
 from __future__ import annotations
 

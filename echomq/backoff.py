@@ -1,10 +1,5 @@
-"""One backoff for every "try again" loop (consumer loops, the worker's start-up, the
-web hub's events reader, the load client's sockets): exponential, capped, jittered.
-
-Full jitter (a uniform draw below the exponential delay, as AWS's "Exponential Backoff
-and Jitter" recommends) keeps many clients that lost the same server from coming back
-in step; a loop that logs its delay asks for it first with :meth:`Backoff.next_delay`.
-"""
+"""One backoff for every "try again" loop: exponential, capped, with full jitter so that
+clients that lost the same server do not come back in step."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""``echomq``: a queue's state for operators, through the public API only.
-
-    echomq stats   [--url URL] [--json] [--partitions N] [--lanes N] QUEUE
-    echomq dead    [--url URL] [--json] [--partitions N] [--limit N] QUEUE
-    echomq retry   [--url URL] [--json] [--partitions N] QUEUE JOB_ID
-    echomq workers [--url URL] [--json] [--partitions N] QUEUE
-
-``--url`` defaults to ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (a cluster URL,
-``redis+cluster://host:port``, works too). ``--partitions N``: QUEUE is an
-:class:`~echomq.Partitioned` queue over N partitions (whose names the command derives, as
-every process of it does); the figures are summed over them. Exit status: 0 done; 1 the server refused the
-operation (no such job, a job that is not dead); 2 a bad command line, a server that
-cannot be reached, or tables asked for without the ``cli`` extra (rich), said in one line
-on stderr, never a traceback.
-"""
+"""``echomq``: a queue's state for operators, through the public API only."""
 
 from __future__ import annotations
 

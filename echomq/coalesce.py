@@ -1,16 +1,9 @@
 """Script calls that arrive while one is in flight share the next round trip.
 
-A web process enqueues each request's job on its own; under load many requests wait on
-Valkey at once, and each paid a round trip of its own: a write, a read, a wake-up of the
-event loop and of Valkey's. :class:`Coalescer` sends a call at once when none is in
-flight, and otherwise queues it for the next pipeline, which leaves the moment the call in
-flight answers. So it adds no wait to a lone call, and a burst shares one round trip per
-batch (the same self-clocking as the game's group commit).
-
-Each script still runs on its own and atomically, in the order the calls were made (a
-pipeline is not a transaction); each caller gets its own reply or its own error. A caller
-cancelled while its call waits in the queue leaves it out if it has not been sent; once
-sent, it runs and its reply is dropped, as with a cancelled single call.
+A lone call is sent at once; calls made meanwhile wait for the next pipeline, which leaves
+the moment the call in flight answers: no added wait, one round trip per burst. Each
+script still runs on its own, in call order, and each caller gets its own reply or error;
+a call cancelled before it is sent is left out.
 """
 
 from __future__ import annotations
@@ -28,22 +21,19 @@ _Waiter = tuple[Call, "asyncio.Future[Any]"]
 
 
 class Coalescer:
-    """``await coalescer.run(script, keys, args)``: :meth:`Runner.run`, sharing a round
-    trip with the calls made while another is in flight (see the module docstring)."""
+    """``await coalescer.run(script, keys, args)``: :meth:`Runner.run`, sharing round trips."""
 
     def __init__(self, runner: Runner, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.runner = runner
         self.max_batch = max_batch
-        # A cluster client pipelines no scripts (Runner.run_each sends them side by side):
-        # nothing to share, so calls go straight through.
+        # A cluster client pipelines no scripts: nothing to share.
         self._direct = hasattr(runner.conn, "get_node_from_key")
         self._busy = False
         self._pending: list[_Waiter] = []
         self._flusher: asyncio.Task[None] | None = None
-        # Figures for benchmarks and the curious: round trips that carried a batch, and
-        # the calls they carried.
+        # Round trips that carried a batch, and the calls they carried.
         self.batches = 0
         self.batched = 0
 

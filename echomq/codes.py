@@ -1,27 +1,4 @@
-"""What the scripts' refusal codes mean: one table, script -> code -> the error raised.
-
-A script that refuses a call changes nothing and answers a negative code, bare or as the
-first element of its reply (each script's header, under ``lua/``, states its replies).
-This module is the one Python home of what those codes mean; the Lua side, as the
-headers state it::
-
-    script        reply             raises          when
-    lane_enqueue  {-1, limit}       LaneFull        the load subject has `limit` unfinished jobs
-    lane_enqueue  {-2, now}         DeadlinePassed  server `now` >= the deadline
-    lane_enqueue  {-3, id}          DedupConflict   the dedup key is bound to job `id` with
-                                                    another fingerprint
-    lane_enqueue  {-4, retry_ms}    RateLimited     the rate subject's bucket is empty; a
-                                                    token is due in `retry_ms`
-    retry_dead    -1                JobNotFound     no such job
-    retry_dead    -2                InvalidState    the job is not dead
-    discard       -1                JobNotFound     no such job
-    discard       -2                InvalidState    the job is not dead
-
-Codes >= 0 are answers, not refusals, and the fenced transitions (complete, fail, extend,
-release) answer "stale" rather than raise: neither is in the table. A builder gets the
-call's own arguments (``at``: what the caller knows, e.g. the job id) and the reply's
-second element (``value``: what the script found).
-"""
+"""What the scripts' refusal codes mean: one table, script -> code -> the error raised."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-# Errors that mean "Valkey is unreachable for now": wait and try again, never crash. Every
-# loop of a consumer, a worker or the supervisor treats exactly these as transient. On a
-# cluster: CLUSTERDOWN and a failover's master-down (ClusterError), a slot being migrated
-# (TRYAGAIN, and the client's "TTL exhausted" ClusterError once its own retries run out).
+# "Valkey is unreachable for now": wait and retry, never crash. On a cluster also
+# CLUSTERDOWN, a failover (ClusterError) and a slot being migrated (TRYAGAIN).
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -65,10 +63,9 @@ class DedupConflict(EchoMQError):
 
 
 class NotReplicated(EchoMQError):
-    """The enqueue ran on the master, but fewer than ``wanted`` replicas confirmed it
-    within the timeout (``Settings.replicas``). The job ``job_id`` may exist and be
-    claimed, or be lost if the master fails now: do not acknowledge it as safe. Enqueueing
-    the same id (or dedup key) again is a replay, which waits for the replicas again."""
+    """Fewer than ``wanted`` replicas confirmed the enqueue in time (``Settings.replicas``):
+    the job may exist, or be lost if the master fails now. Enqueueing the same id again is
+    a replay, which waits for the replicas again."""
 
     def __init__(self, job_id: str, acked: int, wanted: int) -> None:
         super().__init__(f"job {job_id}: {acked} of {wanted} replicas confirmed it in time")
@@ -98,14 +95,9 @@ class ServerError(EchoMQError):
 class Unavailable(Exception):
     """Raise from a handler when what it needs (its database, a service) cannot be reached.
 
-    The job is handed back as with ``release``: no delivery spent, no failure counted. The
-    consumer then claims nothing more until the dependency answers again: it probes with
-    backoff (at most ``probe_max_ms`` apart) and resumes at the first probe that gets
-    through (see :class:`~echomq.Consumer`).
-
-    A job that keeps raising it while other jobs complete is the trouble, not its
-    dependency: at :data:`echomq.consumer.outage.HAND_BACKS` such hand-backs it is failed
-    like any other failure (:class:`echomq.consumer.outage.HandedBackTooOften`)."""
+    The job is handed back, no delivery spent, and the consumer claims nothing more until a
+    probe gets through. A job that keeps raising it while other jobs complete is failed at
+    ``echomq.consumer.outage.HAND_BACKS`` such hand-backs."""
 
     def __init__(self, reason: str = "a dependency is unavailable") -> None:
         super().__init__(reason)

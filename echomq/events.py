@@ -1,12 +1,4 @@
-"""``q.events``: the capped stream of outcomes (completed, failed, reaped, dead).
-
-Entries are appended by the transition scripts themselves, so an event exists if and
-only if its transition happened. Readers follow it with XREAD BLOCK: :meth:`Events.follow`
-for one queue, :class:`Tail` for several queues' streams in one XREAD (one round trip per
-read however many queues, as a web process following every partition and another queue
-needs). Both survive a server that goes away: they retry with backoff, from where they
-were, and tell the caller of each error.
-"""
+"""``q.events``: the capped stream of outcomes, and :class:`Tail` over several queues."""
 
 from __future__ import annotations
 
@@ -29,8 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echomq.events")
 
-# What a tail rides out and retries: the server gone, restarting (LOADING), refusing
-# (OOM, READONLY) or silent past the socket's timeout.
+# A tail retries these: the server gone, loading, refusing (OOM, READONLY) or silent.
 READ_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError, asyncio.TimeoutError)
 
 OnError = Callable[[BaseException, float], None]
@@ -55,9 +46,8 @@ def xread_entries(reply: Any) -> list[tuple[str, list[Any]]]:
     return [(text(stream), entries) for stream, entries in reply]
 
 
+# A plain pair: a named tuple cost a third more per event on a reader's path.
 Followed: TypeAlias = tuple["Queue", Event]
-"""One event a :class:`Tail` read, with the queue whose stream it came from: a plain pair
-(a named tuple cost a third more per event on the hub's path, bench/bench_edge.py)."""
 
 
 def _log_error(exc: BaseException, delay: float) -> None:
@@ -75,9 +65,7 @@ class Tail:
             socket timeout exceeds ``block_ms``. Default: the first queue's.
         after: where to start: ``"$"`` (only events appended from now on), an event id
             (strictly after it) for every queue, or a mapping of queue name to either.
-            ``"$"`` is resolved to the stream's newest id before the first read, so a
-            retry after an error resumes exactly where the tail was, missing nothing
-            still retained.
+            ``"$"`` is resolved before the first read, so a retry misses nothing.
         block_ms: how long one read waits for an event (>= 1).
         count: at most this many events per stream per read (>= 1).
         backoff: the pause between failed reads; default 0.1 s doubling up to 5 s.
@@ -85,11 +73,9 @@ class Tail:
             default a warning on the ``echomq.events`` logger. It may raise to end the
             tail with that error.
 
-    Iterate over it for ``(queue, event)`` pairs, or over :meth:`batches` for each
-    read's events together (cheaper per event). It never ends on its own: a read that
-    fails with a server or connection error (:data:`READ_ERRORS`) is retried after the
-    backoff, from :attr:`positions`; break out of the loop (or cancel it) to stop. Any
-    other error is raised.
+    Iterate over it for ``(queue, event)`` pairs, or over :meth:`batches` (cheaper per
+    event). It never ends on its own: a server or connection error (``READ_ERRORS``) is
+    retried from :attr:`positions`; any other error is raised.
     """
 
     def __init__(
@@ -130,8 +116,7 @@ class Tail:
 
     @property
     def positions(self) -> dict[str, str]:
-        """Queue name -> the id of the last event read from its stream (its resume point:
-        pass it as ``after`` to a new tail); empty before the first read."""
+        """Queue name -> the id of the last event read (``after`` for a new tail)."""
         return {self._by_key[k].name: v for k, v in self._positions.items()}
 
     async def __aiter__(self) -> AsyncGenerator[Followed, None]:
@@ -140,10 +125,8 @@ class Tail:
                 yield followed
 
     async def batches(self) -> AsyncGenerator[Iterator[Followed], None]:
-        """Each read's events, oldest first within each stream, as an iterator of
-        ``(queue, event)`` pairs that decodes each entry as it is reached (no list of a
-        read's events is built: on the hub's path that cost as much as the loop itself).
-        :attr:`positions` are past the read already: iterate each before the next."""
+        """Each read's events as a lazy iterator of ``(queue, event)`` pairs (a list cost
+        as much as the loop itself); :attr:`positions` are past the read already."""
         while True:
             try:
                 if not self._positions:
@@ -204,9 +187,8 @@ class Events:
         count: int = 500,
         on_error: OnError | None = None,
     ) -> AsyncIterator[Event]:
-        """Every event after ``after`` (``"$"``: from now on), as it is appended, for as
-        long as the caller iterates; a failed read is retried with backoff from the last
-        event read (see :class:`Tail`, which follows several queues in one read).
+        """Every event after ``after`` as it is appended; a failed read is retried from
+        the last event read (:class:`Tail` follows several queues in one read).
 
         Args:
             after: ``"$"`` or an event id (strictly after it).
@@ -239,10 +221,8 @@ class Events:
         return text(entries[0][0]) if entries else "0-0"
 
     async def trimmed_after(self, after: str) -> bool:
-        """True when events after ``after`` may have been trimmed already (the stream is
-        capped at ``settings.events_maxlen``): a reader resuming from ``after`` may have
-        missed some. False when nothing was ever trimmed, or ``after`` is at or past the
-        oldest retained event. One ``XINFO STREAM``."""
+        """True when events after ``after`` may have been trimmed (the stream is capped at
+        ``settings.events_maxlen``), so a reader resuming from it may have missed some."""
         pos = stream_position(after)
         try:
             info = await self._q.conn.xinfo_stream(self._q.keys.events)
@@ -256,6 +236,5 @@ class Events:
         else:
             last = stream_position(text(info.get("last-generated-id", b"0-0")))
             oldest = (last[0], last[1] + 1)
-        # Trimmed ids all precede the oldest retained one; whether any came after `after`
-        # is not known, so an `after` older than the oldest retained id is a gap.
+        # Which trimmed ids came after `after` is unknown: older than the oldest is a gap.
         return pos < oldest

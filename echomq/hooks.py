@@ -1,41 +1,4 @@
-"""Hooks: how a program extends its consumers and enqueues without touching EchoMQ's insides.
-
-A :class:`Hooks` is a set of optional callables, each called at one point of a job's life.
-Give them to a queue (``Queue(..., hooks=[...])`` or :meth:`echomq.Queue.add_hooks`: every
-consumer of that queue object and every enqueue through it uses them) or to one consumer
-(``Consumer(..., hooks=[...])``: that consumer only, after the queue's). The points::
-
-    enqueue:  on_enqueue(headers) -> headers         (Jobs.enqueue, Lanes.submit/enqueue)
-    consumer: on_claim(claims)                        a claim call leased these jobs
-              around_handler(claim, call_next)        around each handler call
-              around_complete(completions, send)      around each pipelined completion batch
-              on_fail(claim, error, outcome)          a fail call answered
-              on_release(claim, released)             a release call answered
-              after_extend(claims, verdicts)          a lease renewal answered, before the
-                                                      consumer acts on it (cancels the lost)
-
-Like arq's ``on_job_start``/``after_job_end``, SAQ's ``before_process``/``after_process``
-or Dramatiq's middleware, but smaller: two "around" points (the handler, the completion
-batch: a span around a call needs both ends) and notifications after each answer.
-
-**What a raising hook does.** A hook never loses a job, and never changes what happens to
-one, except ``around_handler``, which is part of the handler:
-
-* ``around_handler``: whatever it returns or raises is the handler's outcome (a raise
-  fails the job like a handler error: retried with backoff, dead after ``max_attempts``).
-* ``around_complete``: an error of its own (not the one ``send`` raised, which it should
-  let through), verdicts that are not ``send``'s, or a return without calling ``send`` are
-  logged and the hook passed over: the verdicts ``send`` gave, or, if it never called
-  ``send``, the batch sent without it. An error ``send`` raised goes back to the consumer,
-  which retries the batch as it would without the hook.
-* ``on_enqueue``: an error is logged and the enqueue goes on with the headers it had.
-* notifications (``on_claim``, ``on_fail``, ``on_release``, ``after_extend``): an error is
-  logged and ignored; the transition has already happened, or goes on regardless.
-
-Errors are logged once per hook point and kind, then at debug level. A hook runs on the
-consumer's event loop: keep it quick (a notification may be a coroutine function; it is
-awaited, and the consumer waits for it).
-"""
+"""Hooks: how a program extends its consumers and enqueues without touching EchoMQ's insides."""
 
 from __future__ import annotations
 

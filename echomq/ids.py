@@ -1,10 +1,7 @@
 """Branded, sortable ids: ``JOB_`` + a 26-character ULID, monotonic within a process.
 
-A ULID is 48 bits of milliseconds and 80 random bits in Crockford base32, so ids sort
-by mint time as plain strings. That is what lets a score-0 sorted set act as a FIFO:
-members with equal scores are ordered lexicographically. Within one millisecond the
-random part is incremented instead of redrawn, so ids minted by one process never tie
-and never go backwards.
+Ids sort by mint time as plain strings, which lets a score-0 sorted set act as a FIFO;
+within one millisecond the random part is incremented, so a process's ids never tie.
 """
 
 from __future__ import annotations

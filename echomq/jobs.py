@@ -33,32 +33,24 @@ def decode_batch(reply: list[Any]) -> ClaimBatch:
 
 
 def encode_result(result: Any) -> bytes:
-    """A handler's result as stored (``b""`` for None); ``TypeError`` if JSON cannot carry
-    it (a set, an object, a non-str dict key)."""
+    """A handler's result as stored (``b""`` for None); ``TypeError`` if JSON cannot carry it."""
     return b"" if result is None else dumps(result)
 
 
 def encode_headers(headers: Mapping[str, str] | None) -> bytes:
-    """Checked headers as the enqueue scripts store them; ``b""`` (no field written) for
-    None or an empty mapping."""
+    """Checked headers as the enqueue scripts store them; ``b""`` (no field) for none."""
     checked = checks.headers(headers)
     return dumps(checked) if checked else b""
 
 
-# How long a claim call's leased ids are remembered for a re-run of that call (a client
-# retrying after a lost reply: redis-py retries a command 10 times, backoff capped at 1 s,
-# on a server and on a cluster), at most the lease: after it the jobs are the reaper's.
+# A claim call's ids, kept for a client's re-run after a lost reply (redis-py retries for
+# up to ~10 s), at most the lease: after it the jobs are the reaper's.
 CLAIM_MEMO_MS = 60_000
-
-# Jobs per complete script call: a consumer's batch (32 by default) goes in one; a longer
-# list is cut so no one script call holds the server for long (a few hundred µs at most).
-COMPLETE_CHUNK = 256
+COMPLETE_CHUNK = 256  # jobs per complete call: no one call holds the server for long
 
 
 def mint_claim_id() -> str:
-    """A claim call's id: 16 random hex digits from the client. Random rather than counted
-    on the server, so a server that lost writes (a crash, a failover) never hands the
-    same one out again."""
+    """A claim call's id, random from the client: a server that lost writes never reissues it."""
     return os.urandom(8).hex()
 
 
@@ -75,8 +67,7 @@ def claim_args(
 
 
 def claim_keys(keys: Keys, script: str, args: Sequence[str | int]) -> list[str]:
-    """The claim scripts' KEYS for ``args`` (:func:`claim_args`): the worker's job set, its
-    description and the call's memo, then the static keys."""
+    """The claim scripts' KEYS for ``args`` (:func:`claim_args`)."""
     worker, claim_id = str(args[0]), str(args[4])
     return keys.script_keys(
         script, keys.worker_jobs(worker), keys.worker(worker), keys.claim(claim_id)
@@ -92,9 +83,8 @@ def enqueue_call(
     attempts: int = 0,
     headers: bytes | str = "",
 ) -> Call:
-    """The ``enqueue.lua`` call :meth:`Jobs.enqueue` sends, arguments already checked and
-    encoded: one place that knows the script's KEYS and ARGV, for the benchmarks that
-    pipeline thousands of enqueues too."""
+    """The ``enqueue.lua`` call :meth:`Jobs.enqueue` sends (arguments checked and encoded),
+    for a caller that pipelines its own."""
     return (
         SCRIPTS["enqueue"],
         keys.script_keys("enqueue", keys.job(job_id)),
@@ -120,11 +110,8 @@ class Jobs:
     ) -> str:
         """Append to the plain queue (or schedule after ``delay_ms`` on the server clock).
         An id that already exists is a no-op returning that id. ``attempts`` seeds the
-        fencing token, for a job revived from the durable floor (it never decreases).
-        ``headers`` (str -> str, a trace context say) travel beside the payload and come
-        back as ``Claim.headers``; see :func:`echomq.checks.headers` for the bounds.
-        Wrong types raise ``TypeError``, values out of range ``ValueError``, before
-        anything is sent."""
+        fencing token (a job revived from elsewhere). ``headers`` (str -> str) come back
+        as ``Claim.headers``."""
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
         checks.integer("delay_ms", delay_ms, at_least=0)
@@ -146,25 +133,20 @@ class Jobs:
     async def claim_many(
         self, worker_id: str, lease_ms: int, count: int, *, claim_id: str | None = None
     ) -> ClaimBatch:
-        """Lease up to ``count`` jobs in one call, each with its own token.
-
-        The call is idempotent: it carries a claim id (minted here unless given), and a
-        re-run of it within ``min(lease_ms, 60 s)`` (redis-py re-sends a command whose
-        reply was lost) answers the jobs the first run leased, still held, rather than
-        leasing more. Pass the same ``claim_id`` to retry a call yourself."""
+        """Lease up to ``count`` jobs in one call, each with its own token. Idempotent under
+        its ``claim_id``: a re-run within ``min(lease_ms, 60 s)`` answers the jobs the
+        first run leased rather than leasing more."""
         return decode_batch(await self._run(*self.claim_call(worker_id, lease_ms, count, claim_id)))
 
     def claim_call(
         self, worker_id: str, lease_ms: int, count: int, claim_id: str | None = None
     ) -> Call:
-        """The call :meth:`claim_many` sends, for a caller that sends it itself (the
-        consumer's park sends it behind its BLPOP); decode its reply with
-        :func:`decode_batch`."""
+        """The call :meth:`claim_many` sends, for a caller that sends it itself; decode its
+        reply with :func:`decode_batch`."""
         args = claim_args(worker_id, lease_ms, count, claim_id, self._q.settings.promote_limit)
         return SCRIPTS["claim"], claim_keys(self._keys, "claim", args), args
 
     def _complete_batch(self, items: Sequence[tuple[str, int, bytes]]) -> Call:
-        """One call of ``complete.lua`` for ``items`` (job id, token, encoded result)."""
         s = self._q.settings
         rows: list[str] = []
         args: list[str | int | bytes] = [s.keep_completed, s.keep_completed_ms, s.events_maxlen]
@@ -176,10 +158,8 @@ class Jobs:
         return SCRIPTS["complete"], self._keys.script_keys("complete", *rows), args
 
     async def complete(self, job_id: str, token: int, result: Any = None) -> bool:
-        """True: counted once (or already completed under this very token: a repeated
-        call counts nothing twice). False: stale (not active, or the token is not
-        current); nothing changed. A result JSON cannot carry raises ``TypeError``
-        before anything is sent."""
+        """True: counted once (a repeat under the same token counts nothing twice). False:
+        stale; nothing changed."""
         reply = await self._run(*self._complete_batch([(job_id, token, encode_result(result))]))
         return bool(int(reply[0]))
 
@@ -188,13 +168,8 @@ class Jobs:
         return await self.complete_encoded([(j, t, encode_result(r)) for j, t, r in items])
 
     async def complete_encoded(self, items: Iterable[tuple[str, int, bytes]]) -> list[bool]:
-        """``complete_many`` with results already encoded by :func:`encode_result`, so a
-        caller batching completions finds an unencodable result before it joins a batch.
-
-        The batch runs as one script call per ``COMPLETE_CHUNK`` jobs (one for a
-        consumer's batch), each job judged on its own: the active set, the holders' job
-        sets, the completed set, the open indexes and the counters are written once per
-        call, not once per job."""
+        """``complete_many`` with results encoded by :func:`encode_result`, one script call
+        per ``COMPLETE_CHUNK`` jobs, each job judged on its own."""
         checked = [(j, t, checks.bytes_("result", r)) for j, t, r in items]
         # A token out of range is no claim's: that item is stale, and is not sent.
         sent = [item for item in checked if checks.token_in_range(item[1]) is not None]
@@ -251,19 +226,15 @@ class Jobs:
         )
 
     async def extend_many(self, items: Sequence[tuple[str, int]], lease_ms: int) -> list[bool]:
-        """``extend`` for each item in one round trip; one verdict per item, in order. Each
-        item is judged on its own: a token out of range is stale (False, not sent) and the
-        others are renewed all the same."""
+        """``extend`` for each item in one round trip; one verdict per item, in order."""
         known = [checks.token_in_range(t) is not None for _, t in items]
         calls = [self._extend_call(j, t, lease_ms) for (j, t), ok in zip(items, known) if ok]
         replies = iter(await self._q.runner.run_many(calls))
         return [bool(next(replies)) if ok else False for ok in known]
 
     async def release(self, job_id: str, token: int, *, worker_id: str | None = None) -> bool:
-        """Back on its lane (pending), no delivery spent; the next claim's token is
-        ``token + 1``. False when stale. With ``worker_id`` the job must also be leased to
-        that worker: a caller that read the token from the row never releases another
-        worker's lease."""
+        """Back on its lane, no delivery spent. False when stale. With ``worker_id`` the job
+        must be leased to that worker too."""
         checks.name("job_id", job_id)
         attempts = checks.token(token)
         checks.optional_name("worker_id", worker_id)
@@ -276,11 +247,9 @@ class Jobs:
         )
 
     async def hand_back(self, job_id: str, token: int, bound: int) -> HandBack:
-        """``release`` for a handler that raised :class:`~echomq.Unavailable`, counting
-        strikes on the row: a hand-back with a completion of any job since this job's last
-        one (other jobs got through; an outage, where nothing completes, strikes nobody).
-        ``"released"``, ``"stale"``, or ``"exhausted"``: the job has ``bound`` strikes and
-        was not released; it is still active under ``token``, for the caller to fail."""
+        """``release`` for a handler that raised :class:`~echomq.Unavailable`, striking the job
+        when other jobs completed since its last hand-back. ``"exhausted"``: ``bound``
+        strikes, not released, still active for the caller to fail."""
         checks.name("job_id", job_id)
         attempts = checks.token(token)
         checks.integer("bound", bound, at_least=1)
@@ -315,9 +284,8 @@ class Jobs:
         refuse("discard", int(code), {"job_id": job_id})
 
     async def dead(self, limit: int = 100, *, since_ms: int = 0, offset: int = 0) -> list[JobInfo]:
-        """Dead jobs still held in Valkey, oldest death first: at most ``limit`` of those
-        that died at or after ``since_ms`` (server clock), skipping the first ``offset``
-        of them. Page through all of them with ``offset``."""
+        """Dead jobs, oldest death first: at most ``limit`` that died at or after
+        ``since_ms`` (server clock), after skipping ``offset``."""
         checks.integer("limit", limit, at_least=1)
         checks.integer("since_ms", since_ms, at_least=0)
         checks.integer("offset", offset, at_least=0)

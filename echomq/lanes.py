@@ -1,19 +1,4 @@
-"""``q.lanes``: fair lanes. Each lane is its own FIFO; claims take lanes in fair order.
-
-Name the lane after whoever must not starve the others (a player, a tenant). Fair order,
-sparse lanes first (``lua/lane_claim.lua``): a lane that was empty when its job arrived
-(a player who waits for each answer) is *activated* and served first, one job per
-activation; lanes that stay non-empty (a flood) are served round-robin, alternating claim
-by claim with the activations while both wait. In claims, with N the non-empty lanes:
-
-* a lane that stays non-empty is claimed at least once every 2N claims, however many
-  activations arrive (at position p of the ring: within 2p);
-* an activation with k activations ahead of it is claimed within 2(k + 1) claims.
-
-A job that comes back to an empty lane (released, reaped, a retry falling due, a dead job
-revived) is an activation too. Proofs in ``docs/load.md`` ("Fair order: sparse lanes
-first"); tests in ``tests/echomq/test_fair_order.py`` and ``tests/load/test_fairness.py``.
-"""
+"""``q.lanes``: fair lanes. Each lane is its own FIFO; claims take lanes in fair order."""
 
 from __future__ import annotations
 
@@ -36,9 +21,8 @@ if TYPE_CHECKING:
 
 
 class Dedup(NamedTuple):
-    """A dedup key for :meth:`Lanes.submit`: the same ``key`` with the same
-    ``fingerprint`` (say, a hash of the request body) within ``ttl_ms`` of the accepted
-    enqueue is answered with that job's receipt; with another fingerprint it is refused."""
+    """A dedup key for :meth:`Lanes.submit`: the same ``key`` and ``fingerprint`` within
+    ``ttl_ms`` is answered with the first job's receipt; another fingerprint is refused."""
 
     key: str
     fingerprint: str
@@ -54,7 +38,6 @@ def _non_negative_int(name: str, value: object) -> None:
 
 def _rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        # ValueError for every bad admission argument, type or range: one thing to catch
         raise ValueError(f"rate_per_s must be a number, got {value!r}")  # noqa: TRY004
     rate = float(value)
     if not math.isfinite(rate) or rate < 0:
@@ -81,9 +64,8 @@ def lane_enqueue_call(
     rate_burst: int = 0,
     headers: bytes | str = "",
 ) -> Call:
-    """The ``lane_enqueue.lua`` call :meth:`Lanes.submit` sends, arguments already checked
-    and encoded: one place that knows the script's KEYS and ARGV, for the benchmarks that
-    pipeline thousands of enqueues too (a copy of them there once went stale unnoticed)."""
+    """The ``lane_enqueue.lua`` call :meth:`Lanes.submit` sends (arguments checked and
+    encoded), for a caller that pipelines its own."""
     dedup_key, fingerprint, dedup_ttl_ms = dedup
     subject = load_subject or lane
     return (
@@ -180,13 +162,10 @@ class Lanes:
         ``seq_scope``: number the job 0, 1, 2 … within (lane, scope), fixed atomically with
         the enqueue, so refused or replayed submissions take no number.
 
-        ``headers``: str -> str kept beside the payload (a trace context, say: the job's
-        ``traceparent``) and handed back as ``Claim.headers``; bounded by
-        :func:`echomq.checks.headers`. None or empty: no field is written. A replay keeps
-        the original job's headers.
+        ``headers``: str -> str handed back as ``Claim.headers``; a replay keeps the
+        original job's.
         """
-        # The job's own arguments as enqueue checks them (TypeError / ValueError); the
-        # admission arguments below answer ValueError for a wrong type too.
+        # Admission arguments answer ValueError for a wrong type too: one thing to catch.
         checks.name("lane", lane)
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
@@ -258,17 +237,15 @@ class Lanes:
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)
 
     async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:
-        """Lease the oldest job of the next lane in fair order (see the module docstring)."""
+        """Lease the oldest job of the next lane in fair order."""
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 
     async def claim_many(
         self, worker_id: str, lease_ms: int, count: int, *, claim_id: str | None = None
     ) -> ClaimBatch:
-        """Lease up to ``count`` jobs, in exactly the order ``count`` single claims would
-        take them: a batch (a consumer's prefetch) lets no job jump the fair order.
-        Idempotent as :meth:`echomq.jobs.Jobs.claim_many` is (a re-run of the call, or
-        a call with the same ``claim_id``, answers the batch already leased)."""
+        """Lease up to ``count`` jobs in the order ``count`` single claims would take them;
+        idempotent as :meth:`echomq.jobs.Jobs.claim_many` is."""
         return decode_batch(
             await self._q.runner.run(*self.claim_call(worker_id, lease_ms, count, claim_id))
         )
@@ -292,17 +269,13 @@ class Lanes:
         return list(await self._q.runner.run(SCRIPTS["unfinished"], keys, [subject, limit]))
 
     async def load(self, subject: str) -> int:
-        """Unfinished jobs of a load subject (by default a lane's name): pending + active +
-        scheduled, what ``max_pending`` caps. One script call, O(1)."""
+        """Unfinished jobs of a load subject (by default a lane): what ``max_pending`` caps."""
         checks.name("subject", subject)
         return int((await self._unfinished(subject, 0))[0])
 
     async def unfinished(self, subject: str, limit: int = 1000) -> list[JobInfo]:
-        """The oldest ``limit`` unfinished jobs of a load subject (by default a lane's
-        name), oldest enqueue first: pending, active or scheduled as of the read. One
-        script call (the subject's open index and the jobs waiting in its own lane, read
-        at once) and one pipelined round trip, whatever the size of the queue; a job that
-        finishes meanwhile is returned in its new state."""
+        """The oldest ``limit`` unfinished jobs of a load subject, oldest enqueue first, in
+        one script call and one round trip whatever the size of the queue."""
         checks.name("subject", subject)
         checks.integer("limit", limit, at_least=1)
         ids = sorted({text(j) for j in (await self._unfinished(subject, limit))[1:]})

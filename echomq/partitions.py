@@ -1,28 +1,4 @@
-"""``Partitioned``: one logical queue over N queues, ``emq:{name:0…}:`` … ``emq:{name:N-1…}:``.
-
-One partition is the plain queue ``name`` (``emq:{name}:``), so a deployment can start
-unpartitioned and a partitioned one's code path is the same at N = 1.
-
-A queue lives in one slot, so on a Valkey Cluster one master carries all of it. A
-partitioned queue puts each lane on partition ``crc32(lane) % N``, always the same one, so
-that everything a lane's enqueue checks (its order, sequence numbers, rate bucket, pending
-cap, dedup keys) stays inside one script on one slot, while N hash tags, chosen to fall in
-N equal runs of slots (:func:`spread_name`), spread the lanes over the masters. Each
-partition is a whole :class:`~echomq.Queue` with its own wake key, reaper and events
-stream: BLPOP and XREAD cannot span slots.
-
-Consuming: :class:`PartitionedConsumer` runs one :class:`~echomq.Consumer` per partition
-under one worker id, so a worker claims from every partition, each in its lanes' fair
-order, parks on each partition's wake key, and every partition has a reaper. A job's
-transitions go to its own partition because its consumer claimed it there; outside a
-consumer, :meth:`Partitioned.find` locates a job id (one EXISTS per partition, at once).
-Stats are summed in the client.
-
-Fairness: within a partition, the lanes' order (new-flows-first, then round-robin); across
-partitions, each gets ``concurrency / N`` handler slots of every worker, so a busy
-partition cannot take the slots of another. Lanes are spread by hash, not by load: a few
-heavy lanes may share a partition.
-"""
+"""``Partitioned``: one logical queue over N queues, ``emq:{name:0…}:`` … ``emq:{name:N-1…}:``."""
 
 from __future__ import annotations
 
@@ -35,6 +11,7 @@ from redis.crc import key_slot
 
 from . import checks
 from .consumer import Consumer, Handler
+from .consumer.outcomes import Counts
 from .ids import worker_id as mint_worker_id
 from .queue import Queue
 from .settings import Settings
@@ -61,16 +38,7 @@ def partition_names(name: str, partitions: int) -> list[str]:
 def spread_name(name: str, i: int, partitions: int) -> str:
     """Partition ``i``'s queue name: ``name:i``, or ``name:i.k`` with the smallest ``k``,
     whose hash slot lies in the middle half of the ``i``-th of ``partitions`` equal slot
-    ranges.
-
-    Why not ``name:i`` alone: its slot is CRC-16 of the text, so N partitions land where
-    they happen to hash, not one per master. For ``guesses`` 0, 1, 4 and 5 all hash into
-    the top third of the slots, so on a 3-master cluster 3 partitions used 2 masters and 6
-    put 67 % of the lanes on one (``bench_partitions``). A cluster created with N masters
-    (or a divisor of N) gives each an equal run of slots, so one partition per range is
-    one partition per master; the middle half keeps clear of where two masters' runs
-    meet, which differs by a slot between tools. Deterministic: every process names the
-    same partitions."""
+    ranges: one partition per master (docs/api/partitions.md says why)."""
     width = SLOTS / partitions
     low, high = (i + 0.25) * width, (i + 0.75) * width
     for k in range(100_000):
@@ -109,8 +77,7 @@ class Partitioned:
         return len(self.partitions)
 
     def named(self, queue_name: str) -> Queue | None:
-        """The partition called ``queue_name`` (as recorded with a job: ``JobInfo`` has no
-        queue, but a caller that kept ``Queue.name`` can go back to it), or None."""
+        """The partition called ``queue_name`` (a ``Queue.name`` kept with a job), or None."""
         return self._by_name.get(queue_name)
 
     def of_lane(self, lane: str) -> Queue:
@@ -139,16 +106,12 @@ class Partitioned:
         return None if q is None else await q.jobs.get(job_id)
 
     async def server_time_ms(self) -> int:
-        """The first partition's server clock (on a cluster each master has its own; a
-        job's lease is always minted and judged on its own partition's)."""
+        """The first partition's server clock (a lease is judged on its own partition's)."""
         return await self.partitions[0].server_time_ms()
 
     async def workers(self) -> list[WorkerInfo]:
-        """Workers registered on any partition, once each. A :class:`PartitionedConsumer`
-        registers its one id on every partition, each row describing the whole worker;
-        the row of the latest beat wins. (Each partition's consumer beats at its own
-        cadence: one holding nothing beats every few seconds while a sibling holding jobs
-        beats every second, so the first partition's row could be seconds stale.)"""
+        """Workers registered on any partition, once each, as the row of their latest beat
+        (an idle partition's consumer beats rarely, so its row may be seconds stale)."""
         each = await asyncio.gather(*(q.workers() for q in self.partitions))
         seen: dict[str, WorkerInfo] = {}
         for rows in each:
@@ -159,9 +122,7 @@ class Partitioned:
         return list(seen.values())
 
     async def stats(self, max_lanes: int = 1000) -> PartitionedStats:
-        """Every partition's ``Queue.stats`` summed (lanes merged up to ``max_lanes``,
-        counters and refusals added, the latest server clock), with the per-partition
-        figures under ``"partitions"``."""
+        """Every partition's ``Queue.stats`` summed, each one under ``"partitions"``."""
         each = await asyncio.gather(*(q.stats(max_lanes) for q in self.partitions))
         lanes: dict[str, int] = {}
         counters: dict[str, int] = {}
@@ -217,10 +178,8 @@ class PartitionedConsumer:
             c._heartbeat.describe = self._describe
 
     def _describe(self) -> dict[str, Any]:
-        """The worker's registry row: the partitions' own rows merged. Waiting if any
-        consumer waits for a dependency, else the first state other than idle (busy, or
-        what ``meta`` says, which is the same callable in every partition), else idle;
-        the jobs held anywhere, the jobs done everywhere."""
+        """The partitions' registry rows merged: waiting if any waits, else the first state
+        other than idle; the jobs held anywhere, the jobs done everywhere."""
         rows = [c._describe() for c in self.consumers]
         states = [str(r.get("state") or "idle") for r in rows]
         merged = dict(rows[0])
@@ -232,34 +191,10 @@ class PartitionedConsumer:
         merged["waiting_for"] = next((r["waiting_for"] for r in rows if r.get("waiting_for")), "")
         return merged
 
-    # The counters of a Consumer, summed over the partitions.
     @property
-    def completed(self) -> int:
-        return sum(c.completed for c in self.consumers)
-
-    @property
-    def failed(self) -> int:
-        return sum(c.failed for c in self.consumers)
-
-    @property
-    def stale(self) -> int:
-        return sum(c.stale for c in self.consumers)
-
-    @property
-    def lost(self) -> int:
-        return sum(c.lost for c in self.consumers)
-
-    @property
-    def released(self) -> int:
-        return sum(c.released for c in self.consumers)
-
-    @property
-    def timed_out(self) -> int:
-        return sum(c.timed_out for c in self.consumers)
-
-    @property
-    def unavailable(self) -> int:
-        return sum(c.unavailable for c in self.consumers)
+    def counts(self) -> Counts:
+        """A Consumer's counts, summed over the partitions."""
+        return Counts.total(c.counts for c in self.consumers)
 
     @property
     def waiting(self) -> bool:

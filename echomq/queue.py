@@ -56,18 +56,15 @@ class Queue:
         self.events = Events(self)
 
     def using(self, conn: Any) -> Queue:
-        """The same queue on another connection (e.g. a dedicated one for blocking calls),
-        with the same settings and hooks."""
+        """The same queue, settings and hooks on another connection."""
         return Queue(conn, self.name, self.settings, hooks=self.hooks)
 
     def add_hooks(self, *hooks: Hooks) -> None:
-        """Use ``hooks`` too, after those already given: in every enqueue from now on and
-        in every consumer of this object that starts (``run()``) from now on."""
+        """Use ``hooks`` too, after those given: in enqueues and consumers started from now on."""
         self.hooks = (*self.hooks, *checked(hooks))
 
     def enqueue_headers(self, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
-        """The headers an enqueue stores: ``headers`` after every hook's ``on_enqueue``
-        (``headers`` itself, untouched, when no hook has one)."""
+        """``headers`` after every hook's ``on_enqueue``."""
         return enqueue_headers(self.hooks, headers) if self.hooks else headers
 
     async def enqueue_call(
@@ -94,11 +91,8 @@ class Queue:
             raise NotReplicated(job_id, acked, self.settings.replicas)
 
     async def stats(self, max_lanes: int = 1000) -> QueueStats:
-        """``{"pending","active","scheduled","completed","dead", "lanes": {lane: depth},
-        "counters": {name: int}, "refused": {op: int}, "server_now_ms", "lane_count"}``,
-        one snapshot. ``lanes`` lists the first ``max_lanes`` non-empty lanes (served
-        next first); ``lane_count`` counts them all. Its cost grows with ``max_lanes``,
-        not with the number of lanes or jobs."""
+        """One snapshot (:class:`echomq.types.QueueStats`); ``lanes`` lists the first
+        ``max_lanes`` non-empty lanes, served next first. Costs O(``max_lanes``)."""
         checks.integer("max_lanes", max_lanes, at_least=0)
         r = await self.runner.run(SCRIPTS["stats"], self.keys.script_keys("stats"), [max_lanes])
         lanes = {text(r[5][i]): int(r[5][i + 1]) for i in range(0, len(r[5]), 2)}
@@ -147,10 +141,8 @@ class Queue:
         idle_lapse_ms: int | None = None,
         gap_ms: int = 0,
     ) -> tuple[int, int]:
-        """``heartbeat``, returning ``(server now, the lapse applied)``: the short one
-        while the worker holds jobs, the idle one while it holds none. ``gap_ms`` > 0: the
-        beat joins the queue's pulse, and the first beat or reap call after a longer
-        silence of the server gives every holder a lapse (lua/include/pulse.lua)."""
+        """``heartbeat``, returning ``(server now, the lapse applied)``; ``gap_ms`` > 0 joins
+        the queue's pulse (``Stalled.sweep``)."""
         checks.name("worker_id", worker_id)
         checks.integer("gap_ms", gap_ms, at_least=0)
         checks.integer("lapse_ms", lapse_ms, at_least=1)

@@ -1,21 +1,5 @@
-"""The worker registry, read: which workers consume a queue, and what each says of itself.
-
-Every :class:`~echomq.Consumer` heartbeats into its queue's registry (``lua/heartbeat.lua``):
-
-* the sorted set ``emq:{q}:workers`` maps each registered worker to its heartbeat deadline
-  (server ms); the reaper removes a worker whose deadline passed (and reclaims its jobs), a
-  clean stop removes its own;
-* the hash ``emq:{q}:worker:<id>`` holds the worker's self-description as of its last beat:
-  ``pid``, ``host``, ``state`` (``idle``, ``busy``, ``waiting`` for a dependency, or what
-  the consumer's ``meta`` callable put there), ``jobs`` it holds, ``jobs_done``, the
-  server time of the ``beat`` and its ``lapse_ms``, plus any other ``meta`` field. It outlives
-  the last beat (an hour by default), marked ``lapsed`` (server ms) by the reaper or
-  ``stopped`` by a clean stop, so a worker that went away can still be described.
-
-Both reads send no script and write nothing, and take a :class:`~echomq.Queue` or a
-:class:`~echomq.Partitioned` (whose consumers register one id on every partition). Each
-worker is an :class:`echomq.types.WorkerInfo`.
-"""
+"""The worker registry, read: which workers consume a queue (each :class:`~echomq.Consumer`
+heartbeats into it), and what each says of itself."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The Lua transitions: loaded from ``lua/`` once, run by EVALSHA, reloaded on NOSCRIPT.
-
-Each transition is one file under ``lua/``. A line ``--@include name`` splices in
-``lua/include/name.lua`` (shared helpers) when the file is read, so the server sees one
-self-contained script per transition. After a server restart empties the script cache,
-the first EVALSHA answers NOSCRIPT and the call is re-sent as EVAL, which also caches
-the script again: callers never see the difference.
-
-An application's own scripts go through the same loader: :meth:`Script.from_file` reads
-one (its ``--@include`` lines may name echomq's helpers, e.g. ``bucket``, the token
-bucket its rate limits keep) and :meth:`Script.run` runs it.
-"""
+"""The Lua transitions: loaded from ``lua/`` once, run by EVALSHA, reloaded on NOSCRIPT."""
 
 from __future__ import annotations
 
@@ -50,10 +39,9 @@ class Script:
     ) -> Script:
         """Read the script at ``path``, splicing each ``--@include name`` line.
 
-        ``name.lua`` is looked for in each of ``includes`` (directories) in turn, then
-        in echomq's own ``lua/include/`` (``common``, ``pulse``, ``bucket``). Includes do
-        not nest. An include found nowhere raises :class:`FileNotFoundError` here, at
-        load, not at the first call.
+        ``name.lua`` is looked for in ``includes``, then in echomq's ``lua/include/``
+        (``common``, ``pulse``, ``bucket``); not nested. One found nowhere raises
+        :class:`FileNotFoundError` at load.
 
         Args:
             path: the ``.lua`` file.
@@ -65,9 +53,7 @@ class Script:
         return cls(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
 
     async def run(self, conn: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """The script's reply: EVALSHA on ``conn`` (a ``redis.asyncio.Redis`` or
-        ``RedisCluster``, which routes by ``keys``), re-sent as EVAL when the server
-        answers NOSCRIPT (a restart emptied its script cache)."""
+        """The script's reply: EVALSHA on ``conn``, re-sent as EVAL on NOSCRIPT."""
         return await _eval(conn, self, keys, args)
 
 
@@ -102,11 +88,8 @@ Call = tuple[Script, Sequence[str], Sequence[Arg]]
 
 
 class Runner:
-    """Runs scripts on one connection (a ``redis.asyncio.Redis`` or ``RedisCluster``).
-
-    ``fence``: a key of the queue's slot that is never written, declared after every
-    call's own keys (:attr:`echomq.keys.Keys.fence`: why). Scripts address their keys by
-    index, never by ``#KEYS``, so one more at the end changes nothing they do."""
+    """Runs scripts on one connection, declaring ``fence`` (``Keys.fence``) after every
+    call's keys; scripts never read ``#KEYS``, so one more key changes nothing they do."""
 
     def __init__(self, conn: Any, fence: str | None = None) -> None:
         self.conn = conn
@@ -119,8 +102,7 @@ class Runner:
         return await _eval(self.conn, script, self._keys(keys), args)
 
     def evalsha(self, call: Call) -> tuple[Arg, ...]:
-        """``call`` as the EVALSHA command this runner would send, fence included, for a
-        caller that queues it on a connection of its own (no NOSCRIPT fallback there)."""
+        """``call`` as the EVALSHA command this runner would send (no NOSCRIPT fallback)."""
         script, keys, args = call
         keys = self._keys(keys)
         return ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -135,12 +117,9 @@ class Runner:
         replicas: int,
         timeout_ms: int,
     ) -> tuple[Any, int]:
-        """``(reply, replicas that acknowledged it)``: the script, then ``INCR mark`` (a key
-        of the script's slot) and ``WAIT replicas timeout_ms``, all three on one connection
-        of the node serving the slot. WAIT counts the replicas that have everything this
-        connection wrote, so the mark makes it cover a job the script only found (a
-        replay). On a cluster, a call redirected while in flight (MOVED after a failover)
-        confirms nothing: its WAIT ran on another node's connection."""
+        """``(reply, replicas that acknowledged it)``: the script, ``INCR mark`` and ``WAIT``
+        on one connection; the mark makes WAIT cover a job the script only found (a
+        replay). A call redirected in flight on a cluster confirms nothing."""
         conn = self.conn
         keys = self._keys(keys)
         cluster = hasattr(conn, "get_node_from_key")
@@ -169,9 +148,8 @@ class Runner:
         raise AssertionError("unreachable: EVAL never answers NOSCRIPT")
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
-        """Pipeline many calls in one round trip (not a transaction: each script is atomic
-        on its own). Calls refused with NOSCRIPT did not run and are re-sent as EVAL.
-        Raises the first call's error, if any."""
+        """Pipeline many calls in one round trip (each script atomic on its own; NOSCRIPT
+        re-sent as EVAL); raises the first call's error."""
         results = await self.run_each(calls)
         for r in results:
             if isinstance(r, Exception):
@@ -183,8 +161,7 @@ class Runner:
         if not calls:
             return []
         if hasattr(self.conn, "get_node_from_key"):
-            # redis-py's cluster pipeline refuses EVALSHA: on a cluster client the calls go
-            # concurrently instead (one queue's keys share a slot, so one node serves them).
+            # redis-py's cluster pipeline refuses EVALSHA: concurrent calls instead.
             return list(
                 await asyncio.gather(*(self.run(*call) for call in calls), return_exceptions=True)
             )

@@ -13,8 +13,7 @@ from .codec import loads, number, text
 State = Literal["pending", "active", "scheduled", "completed", "dead"]
 FailOutcome = Literal["scheduled", "dead", "stale"]
 
-# The headers of a job enqueued without any: one shared, read-only empty mapping, so a
-# claim without headers costs no allocation.
+# One shared, read-only empty mapping: a claim without headers costs no allocation.
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -29,13 +28,10 @@ def decode_headers(raw: bytes | str | None) -> Mapping[str, str]:
 
 
 class Token(int):
-    """A fencing token: the int the contract names (the row's ``attempts`` after the claim,
-    compared, hashed and sent as that number), carrying ``lease``, the id of the claim
-    call that leased the job. ``attempts`` alone can be issued twice after data loss (a
-    claim lost with an ``everysec`` crash or an asynchronous failover: the next claim
-    bumps ``attempts`` to the same number); complete, fail, extend and release also check
-    ``lease``, minted by the client, so the old holder is refused. A bare ``int`` is still
-    accepted and checked on state and attempts only."""
+    """A fencing token: an ``int`` equal to the row's ``attempts`` after the claim, carrying
+    ``lease``, the id of the claim call. ``attempts`` alone can be issued twice after data
+    loss (a claim lost to an ``everysec`` crash or a failover); the lease, minted by the
+    client, still tells the old holder apart. A bare ``int`` is checked on attempts only."""
 
     lease: str
 
@@ -70,11 +66,7 @@ class Claim:
     lease_until_ms: int
     seq: int | None = None
     enqueued_at_ms: int = 0
-    # Earlier deliveries whose holder was presumed dead (lease expired, heartbeat lapsed):
-    # a job with stalls may be one that kills its worker.
-    stalls: int = 0
-    # What the producer attached besides the payload (``enqueue(..., headers=...)``), a
-    # trace context say; the empty mapping when nothing was attached.
+    stalls: int = 0  # deliveries whose holder was presumed dead: it may kill its worker
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @classmethod
@@ -133,10 +125,8 @@ class JobInfo:
 
     @classmethod
     def from_hash(cls, row: dict[Any, Any], job_id: str = "") -> JobInfo:
-        """The job ``job_id`` from its row (HGETALL). The row does not repeat its id (the
-        key holds it; a row written before that change still has an ``id`` field), counts
-        left at 0 (``attempts``, ``failures``, ``stalls``) are not written, and neither is
-        the state of a pending job."""
+        """The job ``job_id`` from its row (HGETALL); zero counts and a pending state are
+        not written. ``id`` and ``payload``: an older row's fields, still read."""
 
         def g(name: str) -> str:
             return text(row.get(name.encode(), row.get(name)))
@@ -147,7 +137,7 @@ class JobInfo:
             state=g("state") or "pending",  # type: ignore[arg-type]  # pending: no field
             attempts=number(g("attempts")),
             lane=g("lane") or None,
-            payload=loads(g("body") or g("payload")),  # `payload`: a row written before `body`
+            payload=loads(g("body") or g("payload")),
             result=loads(g("result")) if g("result") else None,
             error=g("error") or None,
             reason=g("reason") or None,
