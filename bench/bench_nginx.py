@@ -10,7 +10,8 @@ connections of 1,000 requests (nginx's most per connection), 8 at a time:
 * **proxied**: ``--requests`` requests, each connection from a loopback address of its own,
   so no address passes its limit_req burst and every request reaches the web process;
 * **refused**: one address first spends its burst (not measured), then sends ``--requests``
-  more as fast as it can; nginx refuses all but its rate's worth (those few are proxied,
+  more as fast as it can, on at least 8 connections at once (so that a slow web cannot pace
+  it under its rate); nginx refuses all but its rate's worth (those few are proxied,
   and their cost at the proxied figure is taken out of the refused one).
 
 CPU is read from ``/proc/<pid>/schedstat`` (nanoseconds on a CPU) of every nginx worker
@@ -35,7 +36,14 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import machine
-from harness.nginx import Nginx, Response, pipelined, running_nginx
+from harness.nginx import (
+    Connection,
+    Nginx,
+    Response,
+    connect,
+    pipelined_on,
+    running_nginx,
+)
 from harness.running import WebProcess, web_processes
 
 PATH = "/api/round"
@@ -53,24 +61,30 @@ def _cpu(pids: Sequence[int]) -> int:
     return sum(cpu_ns(p) for p in pids)
 
 
-async def _send(port: int, sources: Sequence[str], per_connection: int) -> list[Response]:
-    """One connection of ``per_connection`` pipelined GETs from each of ``sources``,
-    :data:`AT_ONCE` at a time."""
+async def _send(
+    port: int, conns: Sequence[str | Connection], per_connection: int
+) -> list[Response]:
+    """``per_connection`` pipelined GETs on each of ``conns`` (a source address to connect
+    from, or a connection opened beforehand), :data:`AT_ONCE` at a time."""
     gate = asyncio.Semaphore(AT_ONCE)
 
-    async def one(source: str) -> list[Response]:
+    async def one(conn: str | Connection) -> list[Response]:
         async with gate:
-            return await pipelined(source, port, [PATH] * per_connection)
+            if isinstance(conn, str):
+                conn = await connect(conn, port)
+            return await pipelined_on(conn, port, [PATH] * per_connection)
 
-    batches = await asyncio.gather(*(one(s) for s in sources))
+    batches = await asyncio.gather(*(one(c) for c in conns))
     return [r for batch in batches for r in batch]
 
 
-def _phase(nginx: Nginx, web: WebProcess, sources: Sequence[str], per: int) -> dict[str, Any]:
-    workers = nginx.worker_pids()
-    before = (_cpu(workers), cpu_ns(web.proc.pid), time.monotonic())
-    answers = asyncio.run(_send(nginx.port, sources, per))
-    after = (_cpu(workers), cpu_ns(web.proc.pid), time.monotonic())
+def _cpu_mark(nginx: Nginx, web: WebProcess) -> tuple[int, int, float]:
+    return _cpu(nginx.worker_pids()), cpu_ns(web.proc.pid), time.monotonic()
+
+
+def _figures(
+    answers: list[Response], before: tuple[int, int, float], after: tuple[int, int, float]
+) -> dict[str, Any]:
     refused = sum(_refused_by_nginx(r) for r in answers)
     return {
         "requests": len(answers),
@@ -83,13 +97,30 @@ def _phase(nginx: Nginx, web: WebProcess, sources: Sequence[str], per: int) -> d
     }
 
 
-def _spend_burst(nginx: Nginx, web: WebProcess, rounds: int = 20) -> None:
-    """The refusing address sends until nginx refuses it: its burst is spent. Its requests
-    reach the web until then, so this takes as long as the web needs to answer a burst and
-    the rate's worth that comes back meanwhile."""
+def _phase(nginx: Nginx, web: WebProcess, sources: Sequence[str], per: int) -> dict[str, Any]:
+    before = _cpu_mark(nginx, web)
+    answers = asyncio.run(_send(nginx.port, sources, per))
+    return _figures(answers, before, _cpu_mark(nginx, web))
+
+
+async def _over_the_limit(
+    nginx: Nginx, web: WebProcess, connections: int, per: int, rounds: int = 20
+) -> dict[str, Any]:
+    """The refusing address spends its burst (not measured), then sends ``per`` requests on
+    each of ``connections``, opened beforehand so that no pause comes between: in one,
+    nginx's bucket would drain, and a web too slow to pace the address past its rate (a busy
+    machine) would then see every request proxied. The burst is spent once nginx refuses
+    it; its requests reach the web until then, so this takes as long as the web needs to
+    answer a burst and the rate's worth that comes back meanwhile."""
     for _ in range(rounds):
-        if _phase(nginx, web, [REFUSING_ADDRESS] * AT_ONCE, PER_CONNECTION)["refused"]:
-            return
+        conns = [await connect(REFUSING_ADDRESS, nginx.port) for _ in range(connections)]
+        spent = await _send(nginx.port, [REFUSING_ADDRESS] * AT_ONCE, PER_CONNECTION)
+        if any(_refused_by_nginx(r) for r in spent):
+            before = _cpu_mark(nginx, web)
+            answers = await _send(nginx.port, conns, per)
+            return _figures(answers, before, _cpu_mark(nginx, web))
+        for _, writer in conns:
+            writer.close()
     raise RuntimeError(
         f"nginx refused nothing in {rounds} rounds: the web answers slower than the rate"
     )
@@ -108,6 +139,11 @@ def measure(requests: int = 20_000) -> dict[str, Any]:
     """Both phases on one web process behind one nginx; the figures (see the module)."""
     connections = max(1, -(-requests // PER_CONNECTION))
     per = min(requests, PER_CONNECTION)
+    # nginx reads a connection's next pipelined request only once the last is answered, so
+    # on few connections a slow web paces the address under its rate: it sends on at least
+    # as many at once as spent its burst.
+    over = max(connections, AT_ONCE)
+    per_over = per if over == connections else max(1, -(-requests // over))
     with (
         tempfile.TemporaryDirectory(prefix="bench-nginx-") as tmp,
         web_processes(Path(tmp), WebProcess) as start,
@@ -116,8 +152,7 @@ def measure(requests: int = 20_000) -> dict[str, Any]:
         with running_nginx([("127.0.0.1", web.port)], Path(tmp) / "nginx") as nginx:
             _phase(nginx, web, _sources("127.10", 2), 200)  # warm both up
             proxied = _phase(nginx, web, _sources("127.20", connections), per)
-            _spend_burst(nginx, web)
-            refused = _phase(nginx, web, [REFUSING_ADDRESS] * connections, per)
+            refused = asyncio.run(_over_the_limit(nginx, web, over, per_over))
             idle_from = cpu_ns(web.proc.pid)
             time.sleep(refused["wall_s"])
             web_idle_s = (cpu_ns(web.proc.pid) - idle_from) / 1e9

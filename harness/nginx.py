@@ -45,11 +45,14 @@ __all__ = [
     "NGINX",
     "SHIPPED",
     "ConfigMismatch",
+    "Connection",
     "Nginx",
     "Response",
     "behind_nginx",
+    "connect",
     "loopback_config",
     "pipelined",
+    "pipelined_on",
     "require_nginx",
     "running_nginx",
 ]
@@ -207,11 +210,19 @@ def parse_responses(data: bytes) -> list[Response]:
     return out
 
 
-async def pipelined(source: str, port: int, paths: Sequence[str]) -> list[Response]:
-    """``GET`` each of ``paths``, pipelined on one connection from ``source`` (a loopback
-    address) to 127.0.0.1:``port``, the last with ``Connection: close``: the answers in
-    order. nginx serves at most 1,000 requests on one connection (keepalive_requests)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(source: str, port: int) -> Connection:
+    """A connection from ``source`` (a loopback address) to 127.0.0.1:``port``."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def pipelined_on(conn: Connection, port: int, paths: Sequence[str]) -> list[Response]:
+    """``GET`` each of ``paths``, pipelined on the open ``conn``, the last with
+    ``Connection: close``: the answers in order. nginx serves at most 1,000 requests on one
+    connection (keepalive_requests)."""
+    reader, writer = conn
     last = len(paths) - 1
 
     def request(i: int, path: str) -> bytes:
@@ -224,3 +235,8 @@ async def pipelined(source: str, port: int, paths: Sequence[str]) -> list[Respon
     finally:
         writer.close()
     return parse_responses(data)
+
+
+async def pipelined(source: str, port: int, paths: Sequence[str]) -> list[Response]:
+    """:func:`pipelined_on` a new connection from ``source``."""
+    return await pipelined_on(await connect(source, port), port, paths)

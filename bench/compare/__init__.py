@@ -7,7 +7,7 @@ One embedded Valkey (``echomq.server.EmbeddedValkey``) for every peer, ``FLUSHAL
 peers; the rounds are interleaved (the peer order rotated by one each round) so that drift on
 a shared machine hits every peer alike, and each figure is the median over the rounds.
 
-Each peer runs in a venv of its own (``bench/out/venvs/<peer>-<version>``, made once with
+Each peer runs in a venv of its own (``~/.cache/codemojex/bench-venvs/<peer>-<version>``, made once with
 ``uv venv`` + ``uv pip install`` of the versions pinned in ``pins.py``), through a driver
 (``peers/<peer>.py``) run as a subprocess in that venv, speaking a small JSON protocol on
 stdio (``peers/_protocol.py``), so a peer's redis-py pin never meets ours. EchoMQ runs through

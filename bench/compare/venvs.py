@@ -1,18 +1,21 @@
-"""A venv per peer under a cache dir (``bench/out/venvs/<peer>-<version>`` by default), made
-with ``uv venv`` and ``uv pip install`` of the pinned requirements, and kept: a venv whose
-stamp file records the same requirements is used as it is."""
+"""A venv per peer under a cache dir (``~/.cache/codemojex/bench-venvs/<peer>-<version>`` by
+default, outside the source tree: the peers' packages are no modules of ours), made with
+``uv venv`` and ``uv pip install`` of the pinned requirements, and kept: a venv whose stamp
+file records the same requirements is used as it is."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import ROOT
 from bench.compare.pins import Peer
 
-CACHE = ROOT / "bench" / "out" / "venvs"
+CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "codemojex" / "bench-venvs"
+)
 STAMP = ".bench-compare-requirements"
 
 

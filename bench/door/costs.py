@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
-from bench.common import proc_cpu_seconds
 from bench.door.honest import Honest
 from codemojex.store import SQLITE_FILENAME
 from harness.helpers import slow_request, sql_write_locked
+from harness.procs import proc_cpu_seconds
 from harness.running import Up
 
 # -- the cost of an answer -------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import httpx
 import redis.asyncio
 import redis.exceptions
 
-from bench.common import proc_cpu_seconds, proc_runqueue_wait_seconds
 from bench.door.options import CPU_SAMPLE_S
+from harness.procs import proc_cpu_seconds, proc_runqueue_wait_seconds
 from harness.running import Up, cmdline
 
 # -- CPU of the game's processes ---------------------------------------------------------------

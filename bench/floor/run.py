@@ -22,18 +22,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.common import (
-    ROOT,
-    embedded_server,
-    machine,
-    machine_busy_seconds,
-    proc_cpu_seconds,
-)
+from bench.common import ROOT, embedded_server, machine, machine_busy_seconds
 from bench.floor.client import Client
 from bench.floor.parts import WARMUP_RATE, T, console, now
 from bench.floor.worker import open_db
 from bench.game.http import Window
 from codemojex.mash.ledger import percentile as pct
+from harness.procs import proc_cpu_seconds
 
 
 def free_port() -> int:

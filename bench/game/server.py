@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    machine_busy_seconds,
+from bench.common import machine_busy_seconds
+from bench.game.options import now
+from harness.procs import (
     proc_argv,
     proc_cpu_seconds,
     proc_parent,
     proc_rss_kb,
     proc_runqueue_wait_seconds,
 )
-from bench.game.options import now
 from harness.running import Up, descendants
 
 

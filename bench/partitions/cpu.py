@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    machine_busy_seconds,
-    proc_cpu_seconds,
-)
+from bench.common import machine_busy_seconds
 from bench.partitions.options import Master
+from harness.procs import proc_cpu_seconds
 
 
 def main_thread_cpu_seconds(pid: int) -> float | None:

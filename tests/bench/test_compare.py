@@ -1,6 +1,6 @@
 """``bench.compare`` on a tiny configuration, so the instrument cannot rot: EchoMQ's driver
-and SAQ's (a quick venv, cached under bench/out/venvs) through one round of a few hundred
-jobs, then every figure in the JSON and every plot in the HTML. No figure is held to a speed.
+and SAQ's (a quick venv, cached under ~/.cache/codemojex/bench-venvs) through one round of a
+few hundred jobs, then every figure in the JSON and every plot in the HTML. No figure is held to a speed.
 
 SAQ's venv is made on first use from the package registry; where that cannot be reached the
 test skips, saying so, unless ``CI`` is ``true`` (there it fails: CI must measure)."""

@@ -15,8 +15,8 @@ from typing import cast
 
 import pytest
 
-from bench.common import proc_parent
 from codemojex.zygote import Zygote, ZygoteGone, forkable
+from harness.procs import proc_parent
 from harness.running import Up, cmdline, is_running, wait_until
 from tests.cli.test_up import client, heartbeating_workers
 

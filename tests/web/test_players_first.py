@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.door.mash import MashTally, mash_loop
 from harness.helpers import slow_request, sql_write_locked
+from harness.mashers import MashTally, mash_loop
 from tests.web.conftest import assert_error, bearer
 from tests.web.test_door import GUESS, serve
 from web.door.admit import Shed, through
