@@ -12,7 +12,7 @@ from bench.door.options import row_label
 # -- report ------------------------------------------------------------------------------------
 
 
-def _f(x: Any, unit: str = "") -> str:
+def fmt_num(x: Any, unit: str = "") -> str:
     return "—" if x is None else f"{x:,}{unit}"
 
 
@@ -30,7 +30,7 @@ def baseline(rows: list[dict[str, Any]], figure: str) -> float | None:
 def _side(r: dict[str, Any], side: str) -> str:
     cores = r["cores"].get(side)
     each = r.get("cpu_ms_per_accepted", {}).get(side)
-    return f"{_f(cores)} / {_f(each)}"
+    return f"{fmt_num(cores)} / {fmt_num(each)}"
 
 
 def print_tables(result: dict[str, Any], console: Console) -> None:
@@ -82,10 +82,10 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         verdict = r["verdict"].split(", kills")[0] if r["verdict"] else ""
         t.add_row(
             row_label(r["mashers_n"], r["addresses"], r.get("spread", False)),
-            f"{_f(h['send_to_score_ms']['p50'])} / {_f(p99)}",
+            f"{fmt_num(h['send_to_score_ms']['p50'])} / {fmt_num(p99)}",
             f"{p99 / base:.1f}×" if p99 and base else "—",
-            _f(h["steady_send_to_score_p99_ms"]),
-            _f(p99_202),
+            fmt_num(h["steady_send_to_score_p99_ms"]),
+            fmt_num(p99_202),
             f"{p99_202 / base_202:.1f}×" if p99_202 and base_202 else "—",
             f"{h['accepted']:,} of {h['sent']:,} ({100 * share:.1f} %)"
             if share is not None
@@ -94,8 +94,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             told,
             _side(r, "server"),
             _side(r, "client"),
-            _f(round(100 * r["cores"].get("web@wait", 0), 1), " %"),
-            " / ".join(_f(r["door"].get(k)) for k in ("limit", "working", "waiting")),
+            fmt_num(round(100 * r["cores"].get("web@wait", 0), 1), " %"),
+            " / ".join(fmt_num(r["door"].get(k)) for k in ("limit", "working", "waiting")),
             verdict + ("" if r["exit"] == 0 else f" (exit {r['exit']})"),
         )
     console.print(t)
@@ -119,7 +119,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         t.add_row(
             label,
             f"{c[name]['count']:,}",
-            _f(each),
+            fmt_num(each),
             f"{each / acc:.2f}" if each is not None and acc else "—",
             str(c[name]["statuses"]),
         )

@@ -60,7 +60,7 @@ from bench.common import (
     signals_raise_keyboardinterrupt,
 )
 from bench.floor.parts import WARMUP_RATE
-from bench.floor.run import _runner, measure, print_table
+from bench.floor.run import measure, print_table, runner
 from bench.floor.web import serve_web
 from bench.floor.worker import work
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.command == "work":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with contextlib.suppress(KeyboardInterrupt):
-            _runner()(work(opts.redis_url, opts.db, opts.batch))  # uvloop, as the game's workers
+            runner()(work(opts.redis_url, opts.db, opts.batch))  # uvloop, as the game's workers
         return 0
     signals_raise_keyboardinterrupt()
     result = measure(opts)

@@ -256,13 +256,13 @@ def measure(opts: argparse.Namespace) -> dict[str, Any]:
     with embedded_server("always") as server:
         with floor_processes(server.url, opts.players, opts.workers, opts.batch) as stack:
             stack.valkey, stack.valkey_url = server.pid or 0, server.url
-            rows = _runner()(run_rates(opts, stack))
+            rows = runner()(run_rates(opts, stack))
         with redis.Redis.from_url(server.url) as conn:
             info = conn.info("server")
     return {"machine": machine(info), "options": _options(opts), "rows": rows}
 
 
-def _runner() -> Callable[[Coroutine[Any, Any, T]], T]:
+def runner() -> Callable[[Coroutine[Any, Any, T]], T]:
     """uvloop's runner where installed (the game's processes and bench_game's client use it)."""
     try:
         import uvloop

@@ -16,7 +16,7 @@ from bench.common import (
     ROOT,
 )
 from bench.game.options import Options, console
-from bench.game.tables import _f
+from bench.game.tables import fmt_num
 
 
 @dataclass
@@ -76,7 +76,7 @@ def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str
         if x is None or y is None:
             return "-"
         ratio = f" ({x / y:.2f}×)" if y else ""
-        return f"{_f(x, digits)} vs {_f(y, digits)}{ratio}"
+        return f"{fmt_num(x, digits)} vs {fmt_num(y, digits)}{ratio}"
 
     def ms(r: dict[str, Any], role: str) -> float | None:
         got = r["cpu"]["roles"].get(role)
@@ -84,7 +84,7 @@ def print_ratios(base: list[dict[str, Any]], now: list[dict[str, Any]], rev: str
 
     for b, n in zip(base, now, strict=False):
         t.add_row(
-            _f(n["offered_per_s"]),
+            fmt_num(n["offered_per_s"]),
             cell(n["scored_per_s"], b["scored_per_s"], 0),
             cell(n["accept_to_score_ms"]["p50"], b["accept_to_score_ms"]["p50"]),
             cell(n["accept_to_score_ms"]["p99"], b["accept_to_score_ms"]["p99"]),
@@ -144,8 +144,8 @@ def print_floor_ratios(floor: list[dict[str, Any]], rows: list[dict[str, Any]], 
         server = ratio["server"]
         cells.append("-" if server is None else f"{server:.2f}×")
         t.add_row(
-            _f(r["offered_per_s"]),
-            f"{_f(r['scored_per_s'], 0)} / {float(f['scored_per_s']):.0f}",
+            fmt_num(r["offered_per_s"]),
+            f"{fmt_num(r['scored_per_s'], 0)} / {float(f['scored_per_s']):.0f}",
             *cells,
         )
     console.print(t)

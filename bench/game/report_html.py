@@ -9,7 +9,7 @@ from typing import Any
 from bench.common import (
     png_data_uri,
 )
-from bench.game.tables import CROWD_HEAD, _codes, crowd_cells, side_by_side
+from bench.game.tables import CROWD_HEAD, crowd_cells, fmt_codes, side_by_side
 
 
 def write_html(path: Path, result: dict[str, Any]) -> None:
@@ -96,8 +96,8 @@ def write_html(path: Path, result: dict[str, Any]) -> None:
             r["offered_per_s"],
             r["accepted_per_s"],
             r["scored_per_s"],
-            _codes(r["refused"]),
-            _codes(r["errors"]),
+            fmt_codes(r["refused"]),
+            fmt_codes(r["errors"]),
             r["accept_to_score_ms"]["p50"],
             r["accept_to_score_ms"]["p99"],
             r["accept_to_score_ms"]["max"],

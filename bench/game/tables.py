@@ -10,11 +10,11 @@ from rich.table import Table
 from bench.game.options import LAG_OK_MS, console
 
 
-def _f(x: float | None, digits: int = 0) -> str:
+def fmt_num(x: float | None, digits: int = 0) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
-def _codes(c: dict[str, int]) -> str:
+def fmt_codes(c: dict[str, int]) -> str:
     return " ".join(f"{k} {v:,}" for k, v in sorted(c.items())) or "0"
 
 
@@ -42,19 +42,19 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
         ok = r["unscored"] == r["duplicate_scores"] == r["wrong_socket"] == 0
         backlog = r["backlog_at_load_end"]
         t.add_row(
-            _f(r["offered_per_s"]) + ("" if r["client_kept_schedule"] else " [red](late)"),
-            _f(r["send_lag_p99_ms"], 1),
-            _f(r["accepted_per_s"]),
-            _f(r["scored_per_s"]),
+            fmt_num(r["offered_per_s"]) + ("" if r["client_kept_schedule"] else " [red](late)"),
+            fmt_num(r["send_lag_p99_ms"], 1),
+            fmt_num(r["accepted_per_s"]),
+            fmt_num(r["scored_per_s"]),
             "yes" if r["scored_ok"] else "[red]no",
-            _codes(r["refused"]),
-            _codes(r["errors"]),
+            fmt_codes(r["refused"]),
+            fmt_codes(r["errors"]),
             "-" if backlog is None else f"{backlog['pending'] + backlog['active']:,}",
-            _f(lat["p50"], 1),
-            _f(lat["p99"], 1),
-            _f(lat["max"], 1),
-            _f(r["send_to_202_ms"]["p99"], 1),
-            _f(r["drain_s"], 1),
+            fmt_num(lat["p50"], 1),
+            fmt_num(lat["p99"], 1),
+            fmt_num(lat["max"], 1),
+            fmt_num(r["send_to_202_ms"]["p99"], 1),
+            fmt_num(r["drain_s"], 1),
             "yes"
             if ok
             else f"[red]{r['unscored']:,} not scored by the drain's end, "
@@ -93,7 +93,7 @@ def print_tables(rows: list[dict[str, Any]], title: str) -> None:
 
         workers = [cell(w) for w in cpu["workers"]] + ["-"] * (n_workers - len(cpu["workers"]))
         c.add_row(
-            _f(r["offered_per_s"]) + ("" if r["drained"] else " [red](not drained)"),
+            fmt_num(r["offered_per_s"]) + ("" if r["drained"] else " [red](not drained)"),
             cell(cpu["roles"].get("web")),
             *workers,
             cell(cpu["roles"].get("worker")),
@@ -188,18 +188,18 @@ def crowd_cells(r: dict[str, Any]) -> tuple[str, ...]:
     web = r["cpu"]["roles"].get("web")
     lat = r["accept_to_score_ms"]
     return (
-        _f(r["offered_per_s"]),
+        fmt_num(r["offered_per_s"]),
         f"{c['open_at_load_end']:,} of {c['setup']['watchers']:,}",
-        f"{_f(c['bytes_per_s']['mean'])} ({_f(c['bytes_per_s']['max'])})",
-        f"{_f(c['frames_per_s']['mean'], 2)} ({_f(c['frames_per_s']['max'], 2)})",
-        _f(c["frames_per_s_all"]),
-        _f(c["progress_per_s"]["mean"], 2),
-        _codes(c["closed"]),
-        f"{_f(c['cpu_ms_per_s'], 1)} ({c['core_share'] * 100:.0f} %)",
+        f"{fmt_num(c['bytes_per_s']['mean'])} ({fmt_num(c['bytes_per_s']['max'])})",
+        f"{fmt_num(c['frames_per_s']['mean'], 2)} ({fmt_num(c['frames_per_s']['max'], 2)})",
+        fmt_num(c["frames_per_s_all"]),
+        fmt_num(c["progress_per_s"]["mean"], 2),
+        fmt_codes(c["closed"]),
+        f"{fmt_num(c['cpu_ms_per_s'], 1)} ({c['core_share'] * 100:.0f} %)",
         f"{rss['before_kb'] / 1024:,.0f} → {rss['idle_kb'] / 1024:,.0f}",
-        _f(rss["idle_kb_per_socket"], 1),
-        _f(rss["load_end_kb_per_socket"], 1),
-        f"{_f(lat['p50'], 1)} / {_f(lat['p99'], 1)}",
+        fmt_num(rss["idle_kb_per_socket"], 1),
+        fmt_num(rss["load_end_kb_per_socket"], 1),
+        f"{fmt_num(lat['p50'], 1)} / {fmt_num(lat['p99'], 1)}",
         "-" if web is None else f"{web['ms_per_guess']:.3f} ({web['core_share'] * 100:.0f} %)",
     )
 
@@ -296,9 +296,9 @@ def side_by_side(configs: list[dict[str, Any]]) -> tuple[list[str], list[list[li
             ratios = ["-" if v is None or not base else f"{v / base:.2f}×" for v in got[1:]]
             lines.append(
                 [
-                    _f(first["offered_per_s"]) if j == 0 else "",
+                    fmt_num(first["offered_per_s"]) if j == 0 else "",
                     name,
-                    *(_f(v, digits) for v in got),
+                    *(fmt_num(v, digits) for v in got),
                     *ratios,
                 ]
             )

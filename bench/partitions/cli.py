@@ -56,8 +56,8 @@ from bench.common import (
 )
 from bench.partitions.measure import measure_once
 from bench.partitions.options import LANES, Master, Options
-from bench.partitions.report import _figures, summarize, table_lines, write_html
-from bench.partitions.workers import _worker
+from bench.partitions.report import run_figures, summarize, table_lines, write_html
+from bench.partitions.workers import worker_main
 from harness.cluster import ValkeyCluster
 
 
@@ -139,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         url, name, partitions, concurrency = args.worker
-        asyncio.run(_worker(url, name, int(partitions), int(concurrency)))
+        asyncio.run(worker_main(url, name, int(partitions), int(concurrency)))
         return
     signals_raise_keyboardinterrupt()
     opts = Options(
@@ -165,7 +165,7 @@ def main() -> None:
         f"same repetition.\n"
     )
     print("\n".join(result["table"]))
-    share = statistics.median(_figures(r)["main_thread_share"] for r in result["runs"])
+    share = statistics.median(run_figures(r)["main_thread_share"] for r in result["runs"])
     rewrites = sum(r["aof_rewrites_during"] for r in result["runs"])
     print(
         f"\nMasters' main threads did {100 * share:.0f}% of their CPU (median); "

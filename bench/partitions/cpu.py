@@ -59,7 +59,7 @@ class Snapshot:
         )
 
 
-def _phase(a: Snapshot, b: Snapshot, jobs: int) -> dict[str, Any]:
+def phase_figures(a: Snapshot, b: Snapshot, jobs: int) -> dict[str, Any]:
     """What one phase cost, per job of the logical queue (ms) and in cores busy."""
     wall = b.t - a.t
     masters = [y - x for x, y in zip(a.masters, b.masters, strict=True)]

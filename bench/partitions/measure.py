@@ -12,9 +12,9 @@ from rich.progress import (
     TaskID,
 )
 
-from bench.partitions.cpu import Snapshot, _phase
+from bench.partitions.cpu import Snapshot, phase_figures
 from bench.partitions.options import ENQUEUE_AT_ONCE, LANES, POLL_S, Master, Options
-from bench.partitions.workers import _workers
+from bench.partitions.workers import worker_processes
 from echomq.connection import connect
 from echomq.partitions import Partitioned
 from harness.cluster import ValkeyCluster
@@ -76,8 +76,8 @@ async def measure_once(
             await asyncio.gather(*(pq.enqueue(f"l{i % LANES}", i) for i in range(start, end)))
             show("enqueue", end)
         b = Snapshot.take(masters, [])
-        enqueue = _phase(a, b, jobs)
-        with _workers(cluster.url, opts, partitions) as procs:
+        enqueue = phase_figures(a, b, jobs)
+        with worker_processes(cluster.url, opts, partitions) as procs:
             pids = [p.pid for p in procs]
             show("drain", 0)
             c = Snapshot.take(masters, pids)
@@ -94,7 +94,7 @@ async def measure_once(
                     raise RuntimeError("a bench worker died during the drain")
                 await asyncio.sleep(POLL_S)
             d = Snapshot.take(masters, pids)
-        drain = _phase(c, d, jobs)
+        drain = phase_figures(c, d, jobs)
     finally:
         await conn.aclose()
     per_master = [0] * len(masters)

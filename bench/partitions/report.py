@@ -13,7 +13,7 @@ from bench.common import (
 from bench.partitions.options import LANES
 
 
-def _figures(run: dict[str, Any]) -> dict[str, float]:
+def run_figures(run: dict[str, Any]) -> dict[str, float]:
     """The figures a table row shows, from one run."""
     e, d = run["enqueue"], run["drain"]
     return {
@@ -49,7 +49,7 @@ def summarize(runs: list[dict[str, Any]], baseline: int) -> list[dict[str, Any]]
     order = list(dict.fromkeys(r["partitions"] for r in runs))
     by_rep: dict[int, dict[int, dict[str, float]]] = {}
     for r in runs:
-        by_rep.setdefault(r["rep"], {})[r["partitions"]] = _figures(r)
+        by_rep.setdefault(r["rep"], {})[r["partitions"]] = run_figures(r)
     rows = []
     for n in order:
         mine = [reps[n] for reps in by_rep.values() if n in reps]

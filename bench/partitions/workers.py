@@ -17,7 +17,7 @@ from echomq.connection import connect
 from echomq.partitions import Partitioned, PartitionedConsumer
 
 
-async def _worker(url: str, name: str, partitions: int, concurrency: int) -> None:
+async def worker_main(url: str, name: str, partitions: int, concurrency: int) -> None:
     conn = connect(url, socket_timeout=30)
     pq = Partitioned(conn, name, partitions)
 
@@ -38,7 +38,9 @@ async def _worker(url: str, name: str, partitions: int, concurrency: int) -> Non
 
 
 @contextlib.contextmanager
-def _workers(url: str, opts: Options, partitions: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+def worker_processes(
+    url: str, opts: Options, partitions: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The worker processes, each connected (it printed "ready"); always reaped."""
     argv = [sys.executable, "-m", "bench.bench_partitions", "--worker", url, opts.name]
     procs: list[subprocess.Popen[bytes]] = []
