@@ -8,6 +8,7 @@ import orjson
 
 
 def dumps(value: Any) -> bytes:
+    """JSON bytes; ``TypeError`` for what JSON cannot carry."""
     return orjson.dumps(value)
 
 
@@ -18,6 +19,7 @@ def loads(raw: bytes | str | None) -> Any:
 
 
 def text(raw: bytes | str | None) -> str:
+    """A raw reply as ``str`` (``""`` for None), whether the client decodes or not."""
     if raw is None:
         return ""
     return raw.decode() if isinstance(raw, bytes) else raw

@@ -16,6 +16,7 @@ from redis.utils import HIREDIS_AVAILABLE
 _PACK: Any = HiredisRespSerializer().pack if HIREDIS_AVAILABLE else None
 
 Client = redis.asyncio.Redis | RedisCluster
+"""What :func:`connect` returns."""
 
 _TRUE = ("1", "true", "yes", "on")
 

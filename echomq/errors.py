@@ -8,8 +8,6 @@ from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-# "Valkey is unreachable for now": wait and retry, never crash. On a cluster also
-# CLUSTERDOWN, a failover (ClusterError) and a slot being migrated (TRYAGAIN).
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -19,6 +17,8 @@ TRANSIENT = (
     ClusterError,
     TryAgainError,
 )
+""""Valkey is unreachable for now": wait and retry, never crash. On a cluster also
+CLUSTERDOWN, a failover (ClusterError) and a slot being migrated (TRYAGAIN)."""
 
 
 class EchoMQError(Exception):

@@ -85,6 +85,7 @@ async def _eval(conn: Any, script: Script, keys: Sequence[str], args: Sequence[A
 SCRIPTS: dict[str, Script] = _load_all()
 
 Call = tuple[Script, Sequence[str], Sequence[Arg]]
+"""One script call: the script, its ``KEYS``, its ``ARGV``."""
 
 
 class Runner:
