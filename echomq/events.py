@@ -58,11 +58,9 @@ class Tail:
     """Follows the events streams of ``queues`` in one ``XREAD BLOCK`` per read.
 
     Args:
-        queues: the queues to follow, at least one, all on one server (on a cluster,
-            where XREAD cannot span slots, give each queue a tail of its own: a tail over
-            several slots is refused with ``ValueError``).
-        conn: the client to read on; a connection of its own for blocking reads, whose
-            socket timeout exceeds ``block_ms``. Default: the first queue's.
+        queues: the queues to follow, at least one, on one server (on a cluster, one slot).
+        conn: the client to read on, best of its own with a socket timeout above
+            ``block_ms``. Default: the first queue's.
         after: where to start: ``"$"`` (only events appended from now on), an event id
             (strictly after it) for every queue, or a mapping of queue name to either.
             ``"$"`` is resolved before the first read, so a retry misses nothing.
@@ -70,8 +68,7 @@ class Tail:
         count: at most this many events per stream per read (>= 1).
         backoff: the pause between failed reads; default 0.1 s doubling up to 5 s.
         on_error: told of each failed read (the error, the pause before the next);
-            default a warning on the ``echomq.events`` logger. It may raise to end the
-            tail with that error.
+            default a warning. It may raise to end the tail.
 
     Iterate over it for ``(queue, event)`` pairs, or over :meth:`batches` (cheaper per
     event). It never ends on its own: a server or connection error (``READ_ERRORS``) is

@@ -31,8 +31,7 @@ OnEnqueue = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
-    """Optional callables at the points of a job's life; see the module docstring for when
-    each is called and what a raising one does.
+    """Optional callables at the points of a job's life (what a raising one does: above).
 
     Attributes:
         around_handler: ``async (claim, call_next) -> result``. Runs in place of the
@@ -41,20 +40,17 @@ class Hooks:
         on_claim: ``(claims) -> None``, once per claim call that leased jobs, with every
             job it leased, before any of them starts (or is handed back).
         around_complete: ``async (completions, send) -> verdicts``. Around each batch of
-            completions (``(job_id, token, encoded_result)`` triples) the consumer
-            pipelines; call ``await send(completions)`` once, with the items given, and
-            return its verdicts. A batch that errs is sent again, so it may be seen twice.
+            completions the consumer pipelines: call ``await send(completions)`` once and
+            return its verdicts. A batch that errs is sent again (seen twice).
         on_fail: ``(claim, error, outcome) -> None`` once a fail call answered: the
             handler's exception (or the consumer's ``TimedOut``, ``HandlerCancelled``,
             ``ResultNotEncodable``) and ``"scheduled"``, ``"dead"`` or ``"stale"``.
-        on_release: ``(claim, released) -> None`` once a release call for a job this
-            consumer claimed answered (a stop, a dependency down, a second suspect in one
-            batch); ``released`` False: it was stale.
+        on_release: ``(claim, released) -> None`` once a release call answered;
+            ``released`` False: it was stale.
         after_extend: ``(claims, verdicts) -> None`` once a lease renewal answered, before
             the consumer cancels the handlers whose verdict is False (the lease is lost).
-        on_enqueue: ``(headers) -> headers``, at each enqueue through the queue, with the
-            headers given (empty when none): the headers to store instead (say, with a
-            ``traceparent`` added). Synchronous. An empty result stores none.
+        on_enqueue: ``(headers) -> headers``, synchronous, at each enqueue through the
+            queue: the headers to store instead (say, with a ``traceparent`` added).
     """
 
     around_handler: AroundHandler | None = None
@@ -106,10 +102,8 @@ _NOTED = _Noted()
 def enqueue_headers(
     hooks: Sequence[Hooks], headers: Mapping[str, str] | None
 ) -> Mapping[str, str] | None:
-    """``headers`` after every ``on_enqueue`` of ``hooks``, in order; ``headers`` itself
-    when none has one (no copy, no call). The caller's headers are checked first (their
-    errors are the caller's: ``TypeError``/``ValueError``); a hook's that fail the same
-    checks are passed over, so a hook never refuses an enqueue."""
+    """``headers`` after every ``on_enqueue`` of ``hooks`` (itself when none has one). The
+    caller's are checked first; a hook's that fail the checks are passed over."""
     if not any(h.on_enqueue is not None for h in hooks):
         return headers
     out = checks.headers(headers) or {}
@@ -124,8 +118,7 @@ def enqueue_headers(
 
 
 class HookChain:
-    """A consumer's hooks, in order (the queue's, then its own), as calls the consumer
-    makes at each point. Empty, each call is a test of an empty tuple."""
+    """A consumer's hooks, the queue's then its own, as the calls it makes at each point."""
 
     __slots__ = (
         "_after_extend",
@@ -183,8 +176,7 @@ def _layer(around: AroundHandler, inner: Handler) -> Handler:
 
 
 def _guarded(around: AroundComplete, send: Send) -> Send:
-    """``around`` over ``send``, with its own errors passed over (see the module
-    docstring): the consumer's completions never depend on a hook being right."""
+    """``around`` over ``send``, its own errors passed over: completions never depend on it."""
 
     async def guarded(items: Sequence[Completion]) -> list[bool]:
         sent: list[list[bool]] = []
