@@ -68,7 +68,7 @@ async def run_echomq(a: argparse.Namespace, go: asyncio.Event, stop: asyncio.Eve
     await task
     stopper.cancel()
     await conn.aclose()
-    return consumer.completed
+    return consumer.counts.completed
 
 
 async def run_saq(a: argparse.Namespace, go: asyncio.Event, stop: asyncio.Event) -> int:

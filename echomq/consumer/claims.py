@@ -1,30 +1,9 @@
-"""``ClaimTracker``: what a consumer holds, one record and one state per claim.
+"""``ClaimTracker``: what a consumer holds, one record and one state per claim (the
+states and their moves: ``docs/api/consumer.md``).
 
-A claim is keyed by ``(job_id, attempts, lease)`` (:data:`Key`), not by job id: after a
-lost lease the same job can come back to the very same consumer under a new token while
-the old attempt still unwinds, and after data loss (a claim lost with an ``everysec``
-crash) under the same ``attempts`` with another lease id, which a :class:`~echomq.Token`
-alone would not tell apart: it hashes and compares as its int. Its life inside the
-consumer::
-
-    READY ──> RUNNING ──> FINISHING <──> STUCK
-      │  └───────┬──────────┘ │            │
-      └──────────┴──> LOST <──┴────────────┘        (any state) ──> forgotten
-
-- ``READY``: claimed, its handler not started (prefetched, or waiting for a slot).
-- ``RUNNING``: its handler started.
-- ``FINISHING``: its outcome (complete, fail or release) is queued or in flight; the lease
-  keeper leaves it alone, since an extend racing the outcome on another connection would
-  be refused for a lease that was simply finished.
-- ``STUCK``: its outcome met an error and is being retried until ``give_up_at``, a lease
-  after its first error; the lease keeper renews it meanwhile, so an outcome that gets
-  through in that time still counts, but no renewal moves ``give_up_at``: an outcome the
-  server refuses every time is given up, and its job left to the reaper.
-- ``LOST``: the lease is gone (an extend said so, or a stop's grace ran out): nothing of
-  ours counts any more. A lost claim stays lost until it is forgotten.
-
-The tracker is pure bookkeeping, no I/O: the consumer's parts change a claim's state only
-through its methods, which refuse an illegal move with :class:`IllegalTransition`.
+Keyed by ``(job_id, attempts, lease id)``, not by job id: after a lost lease the same job
+can come back here under a new token while the old attempt unwinds, and after data loss
+under the same ``attempts`` with another lease id.
 """
 
 from __future__ import annotations
@@ -73,8 +52,7 @@ READY, RUNNING, FINISHING, STUCK, LOST = (
 LEGAL: dict[ClaimState, frozenset[ClaimState]] = {
     READY: frozenset({RUNNING, FINISHING, LOST}),
     RUNNING: frozenset({FINISHING, LOST}),
-    # A stop whose grace ran out takes even a finishing claim (a timed-out handler that
-    # ignores its cancellation): its job is released.
+    # A stop whose grace ran out takes even a finishing claim: its job is released.
     FINISHING: frozenset({STUCK, LOST}),
     STUCK: frozenset({FINISHING, LOST}),
     LOST: frozenset(),
@@ -87,22 +65,18 @@ class IllegalTransition(RuntimeError):
 
 @dataclass(slots=True, eq=False)
 class ClaimRecord:
-    """One held claim: its state, and what the parts of the consumer need to know of it."""
+    """One held claim and its state."""
 
     claim: Claim
     state: ClaimState = READY
     started: float | None = None  # loop time its handler started
     task: asyncio.Task[Any] | None = None  # its handler, once started
-    # Called when the claim is lost, to wake whoever awaits its handler.
-    wake: Callable[[], None] | None = None
-    # While its outcome is retried on errors: the loop time past which it is given up,
-    # set by the first error.
-    give_up_at: float | None = None
+    wake: Callable[[], None] | None = None  # wakes whoever awaits its handler, once lost
+    give_up_at: float | None = None  # loop time its erring outcome is given up
 
 
 class ClaimTracker:
-    """The claims a consumer holds, from claim until forgotten: one :class:`ClaimRecord`
-    each, keyed by :data:`Key`."""
+    """The claims a consumer holds, from claim until forgotten."""
 
     def __init__(self) -> None:
         self._records: dict[Key, ClaimRecord] = {}
@@ -114,20 +88,16 @@ class ClaimTracker:
         return iter(list(self._records.values()))
 
     def get(self, key: Key) -> ClaimRecord | None:
-        """The record of ``key``, or None once it is forgotten (or was never held)."""
         return self._records.get(key)
 
     def claims(self) -> list[Claim]:
-        """Every claim held, whatever its state."""
         return [r.claim for r in self._records.values()]
 
     def hold(self, claim: Claim) -> ClaimRecord:
-        """A claim just leased to us: ``READY``."""
         record = self._records[key_of(claim)] = ClaimRecord(claim)
         return record
 
     def move(self, record: ClaimRecord, to: ClaimState) -> None:
-        """Move ``record`` to ``to``; :class:`IllegalTransition` if that is no legal move."""
         if to not in LEGAL[record.state]:
             raise IllegalTransition(
                 f"claim {record.claim.job_id}#{record.claim.token}: {record.state.value} -> {to.value}"
@@ -135,36 +105,30 @@ class ClaimTracker:
         record.state = to
 
     def start(self, key: Key, at: float, task: asyncio.Task[Any]) -> ClaimRecord:
-        """Its handler started at loop time ``at``: ``READY`` -> ``RUNNING``."""
         record = self._records[key]
         self.move(record, RUNNING)
         record.started, record.task = at, task
         return record
 
     def finish(self, key: Key) -> None:
-        """Its outcome is on its way: -> ``FINISHING`` (a lost or forgotten claim stays as
-        it is: that outcome will be stale)."""
+        """Its outcome is on its way (a lost claim stays lost: that outcome is stale)."""
         record = self._records.get(key)
         if record is not None and record.state in (READY, RUNNING):
             self.move(record, FINISHING)
 
     def lose(self, key: Key) -> ClaimRecord | None:
-        """Its lease is gone: -> ``LOST``; the record, or None if it is not held."""
         record = self._records.get(key)
         if record is not None and record.state is not LOST:
             self.move(record, LOST)
         return record
 
     def is_lost(self, key: Key) -> bool:
-        """True once ``key`` is lost, or no longer held at all."""
         record = self._records.get(key)
         return record is None or record.state is LOST
 
     def give_up(self, key: Key, now: float, lease_s: float) -> bool:
-        """Its outcome met an error at loop time ``now``: ``FINISHING`` -> ``STUCK``, to be
-        given up a lease after the first error, however often its lease is renewed
-        meanwhile. True once that time has come (and for a claim no longer held: the job
-        was handed back)."""
+        """Its outcome met an error: True once a lease has passed since the first one,
+        however often the lease was renewed meanwhile (or the claim is no longer held)."""
         record = self._records.get(key)
         if record is None:
             return True
@@ -175,7 +139,6 @@ class ClaimTracker:
         return now >= record.give_up_at
 
     def settled(self, key: Key) -> None:
-        """Its outcome went through, or was given up: ``STUCK`` -> ``FINISHING``."""
         record = self._records.get(key)
         if record is None:
             return
@@ -184,31 +147,21 @@ class ClaimTracker:
             self.move(record, FINISHING)
 
     def renewable(self) -> list[ClaimRecord]:
-        """The claims whose lease the lease keeper renews: all but those ``FINISHING``."""
+        """All but the ``FINISHING``: an extend racing an outcome would be refused."""
         return [r for r in self._records.values() if r.state is not FINISHING]
 
     def running(self) -> list[ClaimRecord]:
-        """The claims whose handler started and has not returned yet."""
         return [r for r in self._records.values() if r.task is not None and not r.task.done()]
 
     def forget(self, key: Key) -> None:
-        """No longer held (finished, handed back or given up), whatever its state."""
         self._records.pop(key, None)
 
 
 def split_suspects(claims: list[Claim]) -> tuple[list[Claim], list[Claim]]:
     """A claimed batch: the jobs to keep, and the suspects (jobs with stalls) beyond the
-    first, to be released at once (which spends no delivery).
-
-    Jobs whose holder died come back together from the reaper, and one lane claim would
-    take them together again: a job that kills its worker would then take the same
-    innocent neighbours down with it on every delivery, until they too were dead-lettered
-    as poison. So a job whose holder died before travels alone: a batch keeps one, and
-    while it is held the consumer claims nothing more; it never parks on the wake key
-    meanwhile, so the token the releases leave goes to another. A job back after a
-    failure or a release is no suspect: its worker lived to report it, so it travels with
-    the others.
-    """
+    first, to release at once. Suspects come back together from the reaper: one that
+    kills its worker would take the same neighbours down on every delivery, so each
+    travels alone."""
     kept: list[Claim] = []
     extra: list[Claim] = []
     suspect = False

@@ -1,11 +1,6 @@
-"""``Heartbeat``: a consumer's beats into the worker registry, at the busy or idle cadence.
-
-A worker that holds jobs beats every ``heartbeat_ms`` (its registry deadline is the short
-``lapse_ms``: its death is noticed fast); one that holds none beats every
-``idle_heartbeat_ms`` on the long ``idle_lapse_ms``, since nothing waits on its death. A
-claim while idle moves the deadline back to the short lapse on the server, and the
-``busy`` event switches this loop to the busy cadence at once.
-"""
+"""``Heartbeat``: a consumer's beats into the worker registry: every ``heartbeat_ms`` on
+the short lapse while it holds jobs, rarer on the idle lapse while nothing waits on its
+death."""
 
 from __future__ import annotations
 
@@ -21,10 +16,8 @@ from .waits import pause, wait_any
 
 
 class Heartbeat:
-    """Beats for ``options.worker_id`` on ``queue`` until ``closing`` is set.
-    ``describe()`` is the registry row's fields at each beat; ``holding()`` says whether
-    the consumer holds jobs; ``busy`` is set by the consumer when a beat should come now
-    at the busy cadence (a claim, a dependency's outage beginning or ending)."""
+    """Beats until ``closing``; ``describe()`` is the row, ``holding()`` whether jobs are
+    held; setting ``busy`` brings the next beat now, at the busy cadence."""
 
     def __init__(
         self,
@@ -42,7 +35,7 @@ class Heartbeat:
         self.busy = asyncio.Event()
 
     async def beat(self) -> int:
-        """One beat; returns the lapse the server applied (the short or the idle one)."""
+        """One beat; the lapse the server applied."""
         o = self.options
         _, applied = await self.queue.beat(
             o.worker_id,
@@ -54,7 +47,6 @@ class Heartbeat:
         return applied
 
     async def run(self) -> None:
-        """Beat, start to start, until ``closing`` is set; errors never end the loop."""
         o = self.options
         loop = asyncio.get_running_loop()
         trouble = Trouble("heartbeat")

@@ -1,10 +1,5 @@
-"""``LeaseKeeper``: renews the leases of the jobs a consumer holds, and notices lost ones.
-
-One pass (about every third of ``lease_ms``) extends every held claim but those whose
-outcome is on its way, in one pipelined call. A refused extend means the lease went to
-someone else (the reaper took the job): the claim is lost, and its handler is cancelled
-at once so that a stale attempt's side effects stop.
-"""
+"""``LeaseKeeper``: renews the leases a consumer holds in one pipelined call; a refused
+extend loses the claim, and its handler is cancelled so a stale attempt's effects stop."""
 
 from __future__ import annotations
 
@@ -19,9 +14,7 @@ log = logging.getLogger("echomq.consumer")
 
 
 class LeaseKeeper:
-    """Renews ``tracker``'s leases on ``queue``. ``on_lost(record)`` is called for each
-    claim found lost (the consumer counts it and cancels its handler); ``hooks()`` is the hook chain
-    in force (read at each pass: the consumer builds it anew when it starts)."""
+    """Renews ``tracker``'s leases; ``on_lost(record)`` for each claim found lost."""
 
     def __init__(
         self,
@@ -38,9 +31,7 @@ class LeaseKeeper:
         self.hooks = hooks
 
     async def renew(self) -> None:
-        """One pass: extend the held leases and lose the claims whose extend was refused."""
-        # Ready and running jobs, and finished ones whose outcome is stuck on errors
-        # (their verdicts never count as lost: the outcome itself may just have landed).
+        # A stuck outcome's refused extend is no loss: the outcome may just have landed.
         held = self.tracker.renewable()
         if not held:
             return

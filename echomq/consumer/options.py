@@ -1,14 +1,10 @@
-"""``ConsumerOptions``: a consumer's settings, checked once and with their derived values.
-
-Every number a :class:`~echomq.Consumer` runs on lives here, with the reasoning behind
-each derived one (the heartbeat inside the lapse, the idle lapse, the reaper lock's
-length, the pulse gap): the parts of a consumer read them from one place.
-"""
+"""``ConsumerOptions``: a consumer's settings, declared once, checked once, with the values
+that follow from them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from .. import checks
 from ..ids import worker_id as mint_worker_id
@@ -16,112 +12,85 @@ from ..stalled import pulse_gap_ms
 
 Source = Literal["lanes", "jobs"]
 
+# The default of a field __post_init__ fills in: its type is what it holds once built.
+DERIVED: Any = None
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerOptions:
-    """A consumer's validated settings (see :class:`~echomq.Consumer` for each argument);
-    build one with :meth:`of`, which checks them and derives the rest."""
+    """A consumer's settings (each argument is described on :class:`~echomq.Consumer`).
+    Building one checks them: ``TypeError`` for a wrong type, ``ValueError`` for a value out
+    of range."""
 
-    lease_ms: int
-    concurrency: int
-    worker_id: str
-    source: Source
-    batch: int
-    prefetch: int
-    heartbeat_ms: int
-    lapse_ms: int
-    reap_interval_ms: int
-    park_max_ms: int
-    idle_heartbeat_ms: int
-    idle_lapse_ms: int
-    reap_lock_ms: int
-    pulse_gap_ms: int
-    grace_ms: int
-    reaper: bool
-    timeout_ms: int | None
-    probe_max_ms: int
-    suspect_ms: int
+    lease_ms: int = 10_000
+    concurrency: int = 1
+    worker_id: str = DERIVED
+    source: Source = "lanes"
+    batch: int = 32
+    prefetch: int = 0
+    heartbeat_ms: int = DERIVED
+    lapse_ms: int = 3_000
+    reap_interval_ms: int = 1_000
+    park_max_ms: int = 15_000
+    idle_heartbeat_ms: int = 5_000
+    grace_ms: int = DERIVED
+    reaper: bool = True
+    timeout_ms: int | None = None
+    probe_max_ms: int = 1_000
+    idle_lapse_ms: int = field(init=False)
+    reap_lock_ms: int = field(init=False)
+    pulse_gap_ms: int = field(init=False)
+    suspect_ms: int = field(init=False)
 
-    @classmethod
-    def of(
-        cls,
-        *,
-        lease_ms: int = 10_000,
-        concurrency: int = 1,
-        worker_id: str | None = None,
-        source: Source = "lanes",
-        batch: int = 32,
-        prefetch: int = 0,
-        heartbeat_ms: int | None = None,
-        lapse_ms: int = 3_000,
-        reap_interval_ms: int = 1_000,
-        park_max_ms: int = 15_000,
-        idle_heartbeat_ms: int = 5_000,
-        grace_ms: int | None = None,
-        reaper: bool = True,
-        timeout_ms: int | None = None,
-        probe_max_ms: int = 1_000,
-    ) -> ConsumerOptions:
-        """Check the arguments (``TypeError`` for a wrong type, ``ValueError`` for a value
-        out of range) and derive the settings that follow from them."""
-        for name, value in (
-            ("lease_ms", lease_ms),
-            ("concurrency", concurrency),
-            ("batch", batch),
-            ("prefetch", prefetch),
-            ("lapse_ms", lapse_ms),
-            ("reap_interval_ms", reap_interval_ms),
-            ("park_max_ms", park_max_ms),
-            ("idle_heartbeat_ms", idle_heartbeat_ms),
-            ("probe_max_ms", probe_max_ms),
+    def __post_init__(self) -> None:
+        for name in (
+            "lease_ms",
+            "concurrency",
+            "batch",
+            "prefetch",
+            "lapse_ms",
+            "reap_interval_ms",
+            "park_max_ms",
+            "idle_heartbeat_ms",
+            "probe_max_ms",
         ):
-            checks.integer(name, value)
-        checks.optional_integer("heartbeat_ms", heartbeat_ms, at_least=1)
-        checks.optional_integer("timeout_ms", timeout_ms, at_least=1)
-        if not 10 <= probe_max_ms <= 5_000:
+            checks.integer(name, getattr(self, name))
+        checks.optional_integer("heartbeat_ms", self.heartbeat_ms, at_least=1)
+        checks.optional_integer("timeout_ms", self.timeout_ms, at_least=1)
+        if not 10 <= self.probe_max_ms <= 5_000:
             raise ValueError("probe_max_ms must be between 10 and 5000")
-        checks.optional_integer("grace_ms", grace_ms, at_least=0)
-        checks.optional_name("worker_id", worker_id)
-        if concurrency < 1 or batch < 1 or lease_ms < 100 or prefetch < 0:
+        checks.optional_integer("grace_ms", self.grace_ms, at_least=0)
+        checks.optional_name("worker_id", self.worker_id)
+        if self.concurrency < 1 or self.batch < 1 or self.lease_ms < 100 or self.prefetch < 0:
             raise ValueError("concurrency and batch must be >= 1, prefetch >= 0, lease_ms >= 100")
-        if source not in ("lanes", "jobs"):
+        if self.source not in ("lanes", "jobs"):
             raise ValueError("source must be 'lanes' or 'jobs'")
+        lapse, interval = self.lapse_ms, self.reap_interval_ms
         # A beat must land well inside the lapse, or the reaper takes a live worker's jobs
-        # between two beats: by default once a second, or thrice per lapse if that is shorter.
-        if heartbeat_ms is None:
-            heartbeat_ms = max(10, min(1_000, lapse_ms // 3))
-        if heartbeat_ms >= lapse_ms:
+        # between two beats.
+        beat = max(10, min(1_000, lapse // 3)) if self.heartbeat_ms is None else self.heartbeat_ms
+        if beat >= lapse:
             raise ValueError("heartbeat_ms must be shorter than lapse_ms")
-        if park_max_ms < 10 or reap_interval_ms < 1:
+        if self.park_max_ms < 10 or interval < 1:
             raise ValueError("park_max_ms must be >= 10, reap_interval_ms >= 1")
-        # Idle beats are rarer, never more frequent than busy ones; the idle deadline
-        # leaves room for two lost beats, and is never shorter than the busy lapse.
-        idle_heartbeat_ms = max(heartbeat_ms, idle_heartbeat_ms)
-        return cls(
-            lease_ms=lease_ms,
-            concurrency=concurrency,
-            worker_id=worker_id or mint_worker_id(),
-            source=source,
-            batch=batch,
-            prefetch=prefetch,
-            heartbeat_ms=heartbeat_ms,
-            lapse_ms=lapse_ms,
-            reap_interval_ms=reap_interval_ms,
-            park_max_ms=park_max_ms,
-            idle_heartbeat_ms=idle_heartbeat_ms,
-            idle_lapse_ms=max(lapse_ms, 3 * idle_heartbeat_ms),
-            # The reaper lock outlives the longest pause between two turns of its holder
-            # by one reap interval: a holder that dies is replaced within lapse + reap
-            # interval.
-            reap_lock_ms=max(reap_interval_ms, lapse_ms) + reap_interval_ms,
-            # The longest silence of the server a live queue leaves (beats and reap
-            # calls): a longer one is an outage and every holder gets a lapse
-            # (stalled.pulse_gap_ms).
-            pulse_gap_ms=pulse_gap_ms(lapse_ms, heartbeat_ms, reap_interval_ms),
-            grace_ms=lease_ms if grace_ms is None else grace_ms,
-            reaper=reaper,
-            timeout_ms=timeout_ms,
-            probe_max_ms=probe_max_ms,
-            # How long a suspect keeps the consumer from claiming more, from its start.
-            suspect_ms=lease_ms if timeout_ms is None else min(lease_ms, timeout_ms),
-        )
+        idle_beat = max(beat, self.idle_heartbeat_ms)
+        lease, timeout = self.lease_ms, self.timeout_ms
+        derived = {
+            "worker_id": self.worker_id or mint_worker_id(),
+            "heartbeat_ms": beat,
+            "idle_heartbeat_ms": idle_beat,
+            # Room for two lost idle beats, and never shorter than the busy lapse.
+            "idle_lapse_ms": max(lapse, 3 * idle_beat),
+            # Outlives the longest pause between two turns of its holder by one interval:
+            # a reaper that dies is replaced within lapse + interval.
+            "reap_lock_ms": max(interval, lapse) + interval,
+            "pulse_gap_ms": pulse_gap_ms(lapse, beat, interval),
+            "grace_ms": lease if self.grace_ms is None else self.grace_ms,
+            "suspect_ms": lease if timeout is None else min(lease, timeout),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+
+# The keyword arguments a Consumer passes on to ConsumerOptions.
+OPTION_NAMES = tuple(f.name for f in fields(ConsumerOptions) if f.init)

@@ -1,9 +1,5 @@
-"""``Outbox``: finished jobs' completions, sent in pipelined batches.
-
-A finished handler does not wait a round trip of its own: its completion joins the
-outbox, and one flusher sends whatever piled up while the previous batch was in flight,
-so throughput is not bound by one round trip per completion.
-"""
+"""``Outbox``: finished jobs' completions, sent in pipelined batches, so that throughput
+is not bound by one round trip per completion."""
 
 from __future__ import annotations
 
@@ -28,22 +24,18 @@ Send = Callable[[Sequence[Completion]], Awaitable[Sequence[bool]]]
 
 @dataclass(slots=True)
 class Pending:
-    """A finished job's completion waiting in the outbox."""
-
     job_id: str
     token: int
     result: bytes
     fut: asyncio.Future[bool]
-    # Once the server refused it, it goes on its own: it never fails a batch again.
-    alone: bool = False
+    alone: bool = False  # refused by the server once: never fails a batch again
     due: float = 0.0  # after an error: the loop time of its next try
     backoff: Backoff | None = None  # its own pauses, from its first error
 
 
 class Outbox:
-    """Completions on their way. ``send`` sends one batch (one verdict per item: True
-    counted, False stale); ``give_up(key)`` says, after an error, whether the item is to
-    be given up (a lease after its first error: the job is the reaper's)."""
+    """Completions on their way. ``send`` sends one batch (a verdict per item: True
+    counted, False stale); ``give_up(key)`` says, after an error, to stop trying."""
 
     def __init__(self, send: Send, give_up: Callable[[Key], bool]) -> None:
         self.send = send
@@ -55,25 +47,17 @@ class Outbox:
         return len(self._items)
 
     def complete_soon(self, job_id: str, token: int, result: bytes) -> asyncio.Future[bool]:
-        """Queue a completion; the future its verdict will resolve (True counted, False
-        stale or given up). One still unsent when the consumer stops stays pending: the
-        consumer waits for its verdicts before it stops the flusher, for up to 10 s, and
-        a job left unresolved is its lease's, as any other."""
+        """Queue a completion; its future resolves to the verdict (False: stale, or
+        given up)."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._items.append(Pending(job_id, token, result, fut))
         self._ready.set()
         return fut
 
     async def flush_forever(self) -> None:
-        """Send the completions in batches, for as long as the consumer runs.
-
-        A completion that errs is sent again after a pause of its own (complete is
-        idempotent for its own token, so a job it did complete reports True again), and
-        the ones that come meanwhile go out as they come: one that keeps failing holds no
-        other back. After a server error (not a broken connection) each item of the batch
-        is sent again at once on its own, and one the server refused stays on its own.
-        The lease keeper renews a stuck job's lease meanwhile; a completion still failing
-        a lease after its first error is given up: the job is the reaper's."""
+        """Send the completions in batches while the consumer runs. One that errs is sent
+        again after a pause of its own (complete is idempotent for its token), so one that
+        keeps failing holds no other back."""
         loop = asyncio.get_running_loop()
         trouble = Trouble("complete")
         waiting: list[Pending] = []  # erred: each waits for its ``due`` time
@@ -116,8 +100,8 @@ class Outbox:
                 trouble.ok()
 
     async def _send(self, items: list[Pending]) -> list[tuple[Pending, bool | BaseException]]:
-        """One round: the items in one batch, but those the server refused before each on
-        its own; a batch the server refuses is sent again at once, each item on its own."""
+        """One round: one batch, but items the server refused once each on its own; a batch
+        the server refuses is sent again at once, item by item."""
         batch = [d for d in items if not d.alone]
         alone = [d for d in items if d.alone]
         if alone:

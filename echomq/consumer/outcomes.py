@@ -1,19 +1,13 @@
-"""``Outcomes``: a finished job's outcome sent under its token (complete, fail, release),
-the hand-backs of jobs the consumer will not run (suspects beyond the first of a batch,
-jobs a lost claim answer leased to it), and the consumer's counts of them.
-
-A transition that meets an error is retried with backoff for a lease from its first
-error (the lease keeper renews the lease of a stuck outcome meanwhile); then it is given
-up and the job is the reaper's (a late call would only be stale, which the fencing token
-makes safe).
-"""
+"""``Outcomes``: a job's complete, fail or release under its token, each retried for a
+lease from its first error, then left to the reaper (a late call would only be stale);
+the hand-backs of jobs the consumer will not run; and the consumer's counts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from ..backoff import Backoff
@@ -33,7 +27,7 @@ T = TypeVar("T")
 
 
 class ResultNotEncodable(TypeError):
-    """The handler returned a value JSON cannot carry (a set, an object …): its job fails."""
+    """The handler returned a value JSON cannot carry: its job fails."""
 
 
 class HandlerCancelled(Exception):
@@ -41,8 +35,7 @@ class HandlerCancelled(Exception):
 
 
 class TimedOut(Exception):
-    """The handler ran past ``timeout_ms``: it was cancelled and its job failed with the
-    error ``"timed out"``."""
+    """The handler ran past ``timeout_ms``: cancelled, and its job failed."""
 
 
 @dataclass(slots=True)
@@ -57,10 +50,19 @@ class Counts:
     timed_out: int = 0  # handlers cancelled after timeout_ms (each also in failed)
     unavailable: int = 0  # jobs handed back because a dependency was down
 
+    @classmethod
+    def total(cls, many: Iterable[Counts]) -> Counts:
+        """The counts of ``many`` consumers, summed."""
+        out = cls()
+        for counts in many:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(counts, f.name))
+        return out
+
 
 class Outcomes:
-    """Sends outcomes for ``worker_id`` on ``queue``: completions through ``outbox``, the
-    rest directly; ``hooks()`` is the hook chain in force; ``counts`` is updated."""
+    """Sends outcomes for ``worker_id``: completions through ``outbox``, the rest
+    directly; ``hooks()`` is the hook chain in force."""
 
     def __init__(
         self,
@@ -83,16 +85,13 @@ class Outcomes:
         )
 
     def give_up(self, key: Key) -> bool:
-        """Note that ``key``'s outcome met an error; True once ``lease_ms`` has passed since
-        its first error, renewals or not: the job is the reaper's, and a late call would
-        only be stale."""
         return self.tracker.give_up(key, asyncio.get_running_loop().time(), self.lease_ms / 1000)
 
     async def _within_lease(
         self, claim: Claim, what: str, failing: str, call: Callable[[], Awaitable[T]]
     ) -> tuple[bool, T | None]:
-        """``call()`` retried on errors within the job's lease: ``(True, its answer)``, or
-        ``(False, None)`` once given up (counted stale: the job is the reaper's)."""
+        """``call()`` retried on errors: ``(True, its answer)``, or ``(False, None)`` once
+        given up (counted stale)."""
         key = key_of(claim)
         backoff = Backoff(first=0.1)
         trouble = Trouble(f"{what} of {claim.job_id}")
@@ -116,12 +115,8 @@ class Outcomes:
             self.tracker.settled(key)
 
     def complete_soon(self, claim: Claim, encoded: bytes, then: Callable[[Claim], None]) -> None:
-        """Complete ``claim`` with its encoded result (batched in the outbox), without
-        waiting: ``then(claim)`` is called once its verdict is in (True counted, False
-        stale or given up), so the handler's slot can move on meanwhile."""
-        # From here on the lease keeper leaves the job alone (unless its completion gets
-        # stuck): an extend racing the completion on another connection would be refused
-        # for a lease that was simply finished.
+        """Complete ``claim`` through the outbox without waiting; ``then(claim)`` once its
+        verdict is in."""
         key = key_of(claim)
         self.tracker.finish(key)
         fut = self.outbox.complete_soon(claim.job_id, claim.token, encoded)
@@ -138,8 +133,7 @@ class Outcomes:
         fut.add_done_callback(verdict)
 
     async def release(self, claim: Claim) -> bool:
-        """Hand ``claim`` back (no delivery spent), retried within its lease; True once
-        released, False when stale or given up."""
+        """Hand ``claim`` back (no delivery spent); True once released."""
         self.tracker.finish(key_of(claim))
         sent, ok = await self._within_lease(
             claim,
@@ -157,9 +151,8 @@ class Outcomes:
         return bool(ok)
 
     async def hand_back(self, claim: Claim, bound: int) -> HandBack | None:
-        """``release`` for a handler that raised ``Unavailable`` (see
-        :meth:`~echomq.jobs.Jobs.hand_back`): ``"released"``, ``"stale"``, ``"exhausted"``
-        (still held: fail it), or None once given up."""
+        """``release`` for a handler that raised ``Unavailable``; ``"exhausted"``: still
+        held, fail it; None once given up."""
         self.tracker.finish(key_of(claim))
         sent, verdict = await self._within_lease(
             claim,
@@ -177,7 +170,6 @@ class Outcomes:
         return verdict
 
     async def release_once(self, claim: Claim) -> None:
-        """Hand ``claim`` back, best effort (a stop): on an error its lease runs out."""
         try:
             ok = await self.queue.jobs.release(claim.job_id, claim.token)
         except Exception as e:  # noqa: BLE001 - best effort: the lease runs out instead
@@ -188,9 +180,8 @@ class Outcomes:
         await self.hooks().released(claim, ok)
 
     async def release_suspects(self, extra: Sequence[Claim]) -> bool:
-        """Hand back, at once and together, the suspects a claim brought beyond the one it
-        keeps (see :func:`~echomq.claims.split_suspects`); True if a release met an error
-        (the server may still hold one of them leased to us)."""
+        """Hand back the suspects beyond the one kept, together; True if a release erred
+        (one may still be leased to us)."""
         done = await asyncio.gather(
             *(self.queue.jobs.release(c.job_id, c.token) for c in extra),
             return_exceptions=True,
@@ -202,24 +193,15 @@ class Outcomes:
         return any(isinstance(ok, BaseException) for ok in done)
 
     async def release_orphans(self, known: set[str]) -> None:
-        """Hand back the jobs the server says we hold but we never heard of (``known``:
-        the ids we hold).
-
-        A claim whose answer was lost (the connection broke under it, the server crashed
-        after applying it) leased us jobs we know nothing of. Left alone they would wait
-        out their lease and be counted as stalls, as if we had died running them; and
-        since a reaped job goes back to the front of its lane, the next broken claim would
-        likely take it again, until it was dead-lettered without ever having run. A
-        release spends no delivery; a stale one (the job moved on) changes nothing.
-        """
+        """Hand back the jobs the server says we hold and ``known`` does not: a claim whose
+        answer was lost leased them. Left to lapse they would count as stalls, and, back at
+        the front of their lane, be taken by the next broken claim until dead."""
         conn = self.queue.conn
         ids = [text(x) for x in await conn.smembers(self.queue.keys.worker_jobs(self.worker_id))]
         for job_id in ids:
             if job_id in known:
                 continue
-            # The token is read from the row, so it may be someone else's by now (the job
-            # was reaped and claimed again): the release names us as the holder, and is
-            # stale unless the lease is still ours.
+            # The row's token may be someone else's by now: the release names us as holder.
             token = await conn.hget(self.queue.keys.job(job_id), "attempts")
             if token is not None and await self.queue.jobs.release(
                 job_id, int(token), worker_id=self.worker_id
@@ -228,7 +210,6 @@ class Outcomes:
                 log.info("released %s, leased to us by a claim whose answer was lost", job_id)
 
     async def fail(self, claim: Claim, error: BaseException) -> None:
-        """Fail ``claim`` with ``error`` (retried with backoff, or dead), within its lease."""
         self.tracker.finish(key_of(claim))
         retry_in = error.delay_ms if isinstance(error, Retry) else None
         if isinstance(retry_in, bool) or not isinstance(retry_in, int) or retry_in < 0:
@@ -248,8 +229,7 @@ class Outcomes:
         else:
             self.counts.failed += 1
         await self.hooks().failed(claim, error, outcome)
-        # One line per failure, with the ids as fields for JSON logs; "dead" is the one an
-        # operator must act on, so it is a warning.
+        # "dead" is the one an operator must act on.
         log.log(
             logging.WARNING if outcome == "dead" else logging.INFO,
             "job %s failed (%s): %s",

@@ -1,17 +1,7 @@
-"""``Park``: an idle consumer's wait on the queue's wake key (BLPOP), on a connection of
-its own.
-
-An idle consumer never busy-polls: it blocks on the wake key, which every enqueue (and
-every job that comes due) pushes a token onto, for at most ``park_max_ms`` or until the
-next scheduled due time.
-
-The consumer's next claim rides behind the BLPOP, pipelined on the same connection: Valkey
-runs a blocked client's queued commands as soon as the block ends, so the claim runs the
-moment a token arrives (or the park times out), and a woken job costs one round trip from
-the consumer instead of two: the BLPOP's answer, then a claim sent after it. A claim sent
-but whose answer was never read (the park was kicked, the consumer stopped, the connection
-broke) may have leased jobs; the consumer asks again with the same claim id, which answers
-the jobs that run leased (the claim scripts' memo) or claims anew.
+"""``Park``: an idle consumer's BLPOP on the wake key, on a connection of its own, with
+its next claim pipelined behind it: Valkey runs it the moment the block ends, so a woken
+job costs one round trip, not two. A claim whose answer was never read may have leased
+jobs: the consumer asks again under the same claim id, which the claim scripts remember.
 """
 
 from __future__ import annotations
@@ -42,9 +32,8 @@ _CLUSTER_ONLY = (
 
 
 def _once(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Connection settings that never re-send a command: a re-sent BLPOP + claim blocks
-    again, its wake token spent, while the jobs the first claim leased go unrun and
-    unrenewed until the reaper takes them. The consumer's re-ask under the same claim id
+    """Connection settings that never re-send a command: a re-sent BLPOP + claim would
+    block again while the first claim's jobs go unrun. The re-ask under the same claim id
     is the one retry there is."""
     kwargs = {k: v for k, v in kwargs.items() if k != "retry_on_timeout"}
     kwargs.update(retry=Retry(NoBackoff(), 0), retry_on_error=[])
@@ -52,14 +41,10 @@ def _once(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 async def blocking_twin(conn: Any, key: str) -> Any:
-    """A one-connection client to the server that holds ``key``, like ``conn`` but with no
-    socket timeout and no retry, for BLPOP: a blocked connection must neither sit in a
-    shared pool nor trip its read timeout, closing it (a kicked park) must never close
-    ``conn``, and a lost reply must reach the park as an error (see :func:`_once`).
-
-    For a cluster client that is a plain client on the node serving ``key``'s slot (a
-    resharding that moves it shows up as a MOVED error; the park then drops the twin and
-    builds a new one)."""
+    """A one-connection client to the server holding ``key``, like ``conn`` but with no
+    socket timeout and no retry: a blocked connection must not sit in a shared pool nor
+    trip its read timeout, and a lost reply must reach the park as an error. For a cluster,
+    a plain client on the node serving ``key``'s slot (a MOVED error rebuilds it)."""
     pool = getattr(conn, "connection_pool", None)
     if pool is not None and hasattr(pool, "connection_kwargs"):
         kwargs = _once(dict(pool.connection_kwargs, socket_timeout=None))
@@ -83,9 +68,8 @@ Until = Callable[..., Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class Woken:
-    """How a park with a claim behind it ended. ``reply``: the claim's raw reply, read
-    (None if none was). ``lost``: the claim was sent and its answer not read, so it may
-    have leased jobs: ask again with the same claim id."""
+    """How a park with a claim behind it ended: the claim's raw ``reply``, or ``lost``
+    (sent, its answer unread: ask again under the same claim id)."""
 
     reply: Any = None
     lost: bool = False
@@ -95,8 +79,7 @@ NOTHING = Woken()
 
 
 class Park:
-    """The BLPOP on ``queue``'s wake key. ``until(aw, *events)`` awaits ``aw`` unless the
-    consumer stops (or one of ``events`` is set) first: True when ``aw`` finished."""
+    """The BLPOP on ``queue``'s wake key; ``until`` is the consumer's (see ``waits.until``)."""
 
     def __init__(self, queue: Queue, until: Until) -> None:
         self.queue = queue
@@ -106,8 +89,7 @@ class Park:
 
     async def wait(self, timeout_ms: int, kick: asyncio.Event, claim: Call | None = None) -> Woken:
         """Park for up to ``timeout_ms``, or until a token arrives, ``kick`` is set or the
-        consumer stops; then run ``claim``, if given, on the same connection. Errors are
-        noted and end in a short pause, never an exception."""
+        consumer stops; then run ``claim``. Errors end in a short pause, never raise."""
         if kick.is_set():
             return NOTHING
         sent = False
@@ -125,8 +107,7 @@ class Park:
                 replies.extend(await pipe.execute(raise_on_error=False))
 
             if not await self.until(park(), kick):
-                # Stopping or kicked mid-BLPOP: drop the blocked connection (our own, never
-                # the shared one) rather than trust the cancelled read to leave it clean.
+                # A cancelled read may leave the connection dirty: drop it.
                 await self.drop()
                 return Woken(lost=sent)
             self.trouble.ok()
@@ -146,7 +127,6 @@ class Park:
             return Woken(lost=sent)
 
     async def drop(self) -> None:
-        """Close the blocking connection, if any (the next park builds a new one)."""
         conn, self.conn = self.conn, None
         if conn is not None and conn is not self.queue.conn:
             with contextlib.suppress(Exception):

@@ -1,10 +1,6 @@
 """Awaiting one handler: until it ends, its lease is lost or it runs past ``timeout_ms``.
-
-This is the hot path of every job, so it waits on one future woken by whichever comes
-first: the handler's end (a done callback), its lease lost (the claim's ``wake``) or its
-deadline (a timer). A task waiting on an Event plus ``asyncio.wait`` cost about three
-more loop callbacks and a task per job.
-"""
+Every job's hot path: one future, woken by a done callback, the claim's ``wake`` or a
+timer (an Event and ``asyncio.wait`` cost a task and three callbacks more per job)."""
 
 from __future__ import annotations
 
@@ -18,20 +14,15 @@ log = logging.getLogger("echomq.consumer")
 
 Verdict = Literal["done", "timed out", "abandoned"]
 
-# How long a cancelled handler (timed out, or its lease lost) may take to unwind before
-# its slot gives up on it: a handler that swallows cancellation must not hold a slot, or
-# its job, forever.
+# A handler that swallows its cancellation must not hold a slot, or its job, forever.
 UNWIND_S = 1.0
 
 
 async def await_handler(
     record: ClaimRecord, task: asyncio.Task[Any], timeout_ms: int | None
 ) -> Verdict:
-    """Wait for ``record``'s handler ``task``: ``"done"`` when it ended (its result or
-    error is the task's), ``"timed out"`` when it ran past ``timeout_ms`` (it is
-    cancelled), ``"abandoned"`` when its lease was lost and it did not unwind within a
-    second of the cancel. A cancelled handler that does not unwind is left behind: it
-    holds neither its job nor its slot."""
+    """``"done"`` (the outcome is the task's), ``"timed out"`` (cancelled), or
+    ``"abandoned"`` (its lease lost, it did not unwind within ``UNWIND_S``)."""
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
 
@@ -60,7 +51,6 @@ async def await_handler(
         return "done"
     job_id = record.claim.job_id
     if record.state is LOST:
-        # Cancelled by the lease keeper (or a stop past its grace).
         await asyncio.wait({task}, timeout=UNWIND_S)
         if task.done():
             return "done"

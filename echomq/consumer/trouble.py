@@ -1,9 +1,5 @@
-"""``Trouble``: the errors of one consumer loop, logged once per kind until it recovers.
-
-A loop that retries forever (claiming, beating, completing, reaping) would otherwise log
-the same outage a hundred times a second; one line when it starts, one when it ends, and
-the repeats at debug level say as much.
-"""
+"""``Trouble``: a loop's errors logged once per kind until it recovers, not a hundred
+times a second."""
 
 from __future__ import annotations
 
@@ -25,14 +21,11 @@ def kind(exc: BaseException) -> str:
 
 
 class Trouble:
-    """The errors of one loop, logged once per kind until the loop succeeds again."""
-
     def __init__(self, where: str) -> None:
         self.where = where
         self.seen: set[str] = set()
 
     def note(self, exc: BaseException) -> None:
-        """Log ``exc`` if its kind is new since the last success (at debug level if not)."""
         what = kind(exc)
         if what in self.seen:
             log.debug("%s failed again (%s)", self.where, exc)
@@ -48,7 +41,6 @@ class Trouble:
         )
 
     def ok(self) -> None:
-        """The loop succeeded: say so once if it had been failing, and forget the kinds."""
         if self.seen:
             log.info("%s recovered", self.where)
             self.seen.clear()

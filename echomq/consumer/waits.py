@@ -1,10 +1,5 @@
-"""Waiting inside a consumer: on an awaitable unless an event comes first, on the first of
-several events, and a loop paced start to start.
-
-Every wait of the consumer watches an event as well as its own cancellation: a cancel
-that lands inside the client library mid-command can be swallowed there, and the loop
-must still end when the consumer stops.
-"""
+"""The consumer's waits. Each watches an event as well as its own cancellation: a cancel
+landing inside the client library mid-command can be swallowed there."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ from .trouble import Trouble
 
 
 async def until(aw: Awaitable[Any], *events: asyncio.Event) -> bool:
-    """Await ``aw`` unless one of ``events`` is set first; True when ``aw`` finished (its
-    error, if any, is raised), False when an event came first (``aw`` is cancelled)."""
+    """Await ``aw`` unless one of ``events`` is set first (``aw`` is then cancelled); True
+    when ``aw`` finished, its error raised."""
     task = asyncio.ensure_future(aw)
     stops = [asyncio.ensure_future(e.wait()) for e in events]
     try:
@@ -37,8 +32,7 @@ async def until(aw: Awaitable[Any], *events: asyncio.Event) -> bool:
 
 
 async def wait_any(timeout: float, *events: asyncio.Event) -> float:
-    """Wait until one of ``events`` is set or ``timeout`` s passed; returns the time
-    waited."""
+    """Wait for one of ``events`` or ``timeout`` s; returns the time waited."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     waits = [asyncio.ensure_future(e.wait()) for e in events]
@@ -51,7 +45,6 @@ async def wait_any(timeout: float, *events: asyncio.Event) -> float:
 
 
 async def pause(seconds: float, closing: asyncio.Event) -> None:
-    """Sleep ``seconds`` (nothing if <= 0), or less if ``closing`` is set meanwhile."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(closing.wait(), max(0.0, seconds))
 
@@ -59,10 +52,7 @@ async def pause(seconds: float, closing: asyncio.Event) -> None:
 async def every(
     interval_ms: int, fn: Callable[[], Awaitable[None]], closing: asyncio.Event, where: str
 ) -> None:
-    """Call ``fn`` every ``interval_ms`` until ``closing`` is set; its errors are noted
-    (:class:`~echomq.trouble.Trouble`) and never end the loop."""
-    # Loops on a flag as well as on cancellation: a cancel that lands inside the client
-    # library mid-command can be swallowed there, and the loop must still end.
+    """Call ``fn`` every ``interval_ms`` until ``closing``; its errors never end the loop."""
     loop = asyncio.get_running_loop()
     trouble = Trouble(where)
     while not closing.is_set():
@@ -72,9 +62,8 @@ async def every(
             trouble.ok()
         except Exception as e:  # noqa: BLE001 - any error: the loop must go on
             trouble.note(e)
-        # Start to start, never later than the interval: the re-claim bound (lapse +
-        # reap interval) and the beats' margin inside the lapse are built on it. The
-        # jitter, which keeps processes from beating in step, only makes it earlier.
+        # Start to start and never late: the re-claim bound and the beats' margin inside
+        # the lapse are built on it; the jitter only makes it earlier.
         await pause(
             interval_ms / 1000 * random.uniform(0.8, 1.0) - (loop.time() - started), closing
         )

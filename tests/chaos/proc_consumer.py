@@ -81,9 +81,10 @@ async def run(
     try:
         await consumer.run(install_signal_handlers=True)
     finally:
+        n = consumer.counts
         _note(
             note,
-            f"stopped {worker_id} completed={consumer.completed} "
-            f"stale={consumer.stale} lost={consumer.lost} released={consumer.released}",
+            f"stopped {worker_id} completed={n.completed} "
+            f"stale={n.stale} lost={n.lost} released={n.released}",
         )
         await conn.aclose()

@@ -99,7 +99,7 @@ async def test_an_oom_spell_during_load_loses_nothing_and_kills_no_loop(
         refused = int(stats.get("errorstat_OOM", {}).get("count", 0)) - own
         await harness.wait_until(lambda: _completed(q, jobs), 90, "all jobs completed")
         # One lapse more: a heartbeat loop that died would show now.
-        await asyncio.sleep(c.lapse_ms / 1000 + 1)
+        await asyncio.sleep(c.options.lapse_ms / 1000 + 1)
         registered = await conn.zscore(q.keys.workers, c.worker_id) is not None
         alive = not task.done()
     finally:

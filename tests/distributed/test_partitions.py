@@ -81,7 +81,7 @@ async def test_every_job_is_handled_once_by_a_partitioned_consumer(
         await asyncio.wait_for(task, 20)
     assert set(seen) == set(ids) and set(seen.values()) == {1}
     s = await pq.stats()
-    assert s["completed"] == s["counters"]["completed"] == 300 == c.completed
+    assert s["completed"] == s["counters"]["completed"] == 300 == c.counts.completed
     assert s["active"] == s["pending"] == 0
     info = await pq.get(ids[7])
     assert info is not None and info.state == "completed" and info.result == 7

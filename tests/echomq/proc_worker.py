@@ -47,7 +47,10 @@ async def main() -> None:
     )
     note(logfile, "ready")
     await consumer.run(install_signal_handlers=True)
-    note(logfile, f"stopped completed={consumer.completed} released={consumer.released}")
+    note(
+        logfile,
+        f"stopped completed={consumer.counts.completed} released={consumer.counts.released}",
+    )
     await conn.aclose()
 
 

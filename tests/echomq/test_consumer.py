@@ -115,7 +115,7 @@ async def test_lost_lease_cancels_the_handler(q: echomq.Queue, start_consumer: R
     await q.conn.zadd(q.keys.active, {jid: 0}, xx=True)
     assert await q.stalled.reap() == [jid]
     await asyncio.wait_for(cancelled.wait(), 2)  # next extend (every lease/3) sees it lost
-    assert c.lost == 1 and c.completed == 0
+    assert c.counts.lost == 1 and c.counts.completed == 0
 
 
 async def test_idle_consumer_parks_instead_of_polling(
@@ -290,7 +290,7 @@ async def test_stop_releases_a_job_that_outlives_the_grace(
     info = await q.jobs.get(jid)
     # released: pending, no delivery spent; the next claim carries token 2
     assert info is not None and info.state == "pending" and info.attempts == 1
-    assert info.failures == 0 and info.stalls == 0 and c.released == 1
+    assert info.failures == 0 and info.stalls == 0 and c.counts.released == 1
 
 
 async def test_skewed_client_clock_mints_and_reaps_the_same_leases(
@@ -382,7 +382,7 @@ async def test_only_a_job_whose_holder_died_travels_alone(
     assert all(x.token > 1 for x in started)
     assert sorted(x.stalls for x in started) == [0, 0, 1]
     assert {x.job_id for x in started} >= set(handed)
-    assert c.released == 1 and len(started) == 3
+    assert c.counts.released == 1 and len(started) == 3
     gate.set()
     await wait_for(lambda: completed(q, 4))
 

@@ -49,10 +49,10 @@ async def test_an_unencodable_result_fails_only_its_job(
     await wait_for(lambda: completed(q, 48))
 
     async def counted_here() -> bool:  # the consumer counts once the reply is back
-        return c.completed >= 48
+        return c.counts.completed >= 48
 
     await wait_for(counted_here)
-    assert c.failed == 1 and c.completed == 48 and more
+    assert c.counts.failed == 1 and c.counts.completed == 48 and more
 
 
 async def test_a_slot_survives_an_unencodable_result_with_concurrency_one(

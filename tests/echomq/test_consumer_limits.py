@@ -72,7 +72,7 @@ async def test_a_dependency_down_spends_nothing_and_the_consumer_waits(
     assert first_wave <= 4  # the first wave: the slots' jobs, nothing claimed after
     assert 2 <= probes <= 12  # backoff 0.1, 0.2, 0.4, 0.8, 1, 1 ... s: never a flood
     assert resume_s < 1.3  # probe_max_ms (1 s) + the probe itself
-    assert not c.waiting and c.unavailable >= first_wave and c.failed == 0
+    assert not c.waiting and c.counts.unavailable >= first_wave and c.counts.failed == 0
     for jid in ids:
         info = await q.jobs.get(jid)
         assert info is not None and info.state == "completed" and info.failures == 0, info
@@ -275,7 +275,7 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_its_job_failed(
     await wait_for(dead, 10)
     info = await q.jobs.get(hang)
     assert info is not None and info.error == "timed out" and info.failures == 2, info
-    assert cancelled == 2 and c.timed_out == 2 and c.failed == 2
+    assert cancelled == 2 and c.counts.timed_out == 2 and c.counts.failed == 2
     for jid in others:
         got = await q.jobs.get(jid)
         assert got is not None and got.state == "completed"
@@ -302,7 +302,7 @@ async def test_a_handler_that_ignores_cancellation_holds_neither_job_nor_slot(
         await wait_for(lambda: completed(q, 1), 10)  # the other job still gets the slot
         info = await q.jobs.get(stubborn)
         assert info is not None and info.state == "dead" and info.error == "timed out"
-        assert c.timed_out == 1
+        assert c.counts.timed_out == 1
     finally:
         stop.set()
 
@@ -332,7 +332,7 @@ async def test_a_hung_suspect_does_not_stop_the_consumer_claiming(
     await wait_for(lambda: completed(q, 6), 8)
     waited = time.monotonic() - t
     assert waited < 3.0, waited  # suspect_ms = lease = 1 s
-    assert c.suspect_ms == 1_000
+    assert c.options.suspect_ms == 1_000
 
 
 # -- a claim reply too large ----------------------------------------------------------------

@@ -152,7 +152,7 @@ async def test_the_outbox_retries_a_failed_batch_and_then_sends_items_alone(
 
 
 async def test_a_beat_writes_the_row_on_the_lapse_of_what_is_held(q: echomq.Queue) -> None:
-    o = ConsumerOptions.of(worker_id="WRK_beat", lapse_ms=600, idle_heartbeat_ms=1_000)
+    o = ConsumerOptions(worker_id="WRK_beat", lapse_ms=600, idle_heartbeat_ms=1_000)
     holding = False
     beat = Heartbeat(q, o, lambda: {"state": "idle"}, lambda: holding, asyncio.Event())
     assert await beat.beat() == o.idle_lapse_ms == 3_000  # holds nothing: the long lapse
@@ -161,7 +161,7 @@ async def test_a_beat_writes_the_row_on_the_lapse_of_what_is_held(q: echomq.Queu
 
 
 async def test_the_heartbeat_keeps_the_busy_cadence_once_woken(q: echomq.Queue) -> None:
-    o = ConsumerOptions.of(
+    o = ConsumerOptions(
         worker_id="WRK_cadence", lapse_ms=300, heartbeat_ms=100, idle_heartbeat_ms=5_000
     )
     beats = 0
@@ -190,12 +190,12 @@ async def test_a_reaper_turn_takes_the_lock_and_reaps_an_expired_lease(q: echomq
     [c] = await _claimed(q, 1, lease_ms=100)
     await asyncio.sleep(0.15)
     kick = asyncio.Event()
-    o = ConsumerOptions.of(worker_id="WRK_r1", lapse_ms=3_000, reap_interval_ms=1_000)
+    o = ConsumerOptions(worker_id="WRK_r1", lapse_ms=3_000, reap_interval_ms=1_000)
     pause_ms = await Reaper(q, o, asyncio.Event(), kick).turn()
     assert kick.is_set()  # jobs moved: the host claims at once
     assert await locations(q, c.job_id) == ["pending"]
     assert 800 <= pause_ms <= 3_000  # as leader: at least one reap interval (jitter: -20%)
-    other = ConsumerOptions.of(worker_id="WRK_r2", lapse_ms=3_000, reap_interval_ms=1_000)
+    other = ConsumerOptions(worker_id="WRK_r2", lapse_ms=3_000, reap_interval_ms=1_000)
     follower_kick = asyncio.Event()
     wait = await Reaper(q, other, asyncio.Event(), follower_kick).turn()
     assert not follower_kick.is_set()
@@ -204,7 +204,7 @@ async def test_a_reaper_turn_takes_the_lock_and_reaps_an_expired_lease(q: echomq
 
 async def test_the_reaper_loop_ends_when_closing(q: echomq.Queue) -> None:
     closing = asyncio.Event()
-    o = ConsumerOptions.of(worker_id="WRK_r3")
+    o = ConsumerOptions(worker_id="WRK_r3")
     task = asyncio.create_task(Reaper(q, o, closing, asyncio.Event()).run())
     await asyncio.sleep(0.05)
     closing.set()

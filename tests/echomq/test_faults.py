@@ -69,13 +69,13 @@ async def test_release_of_orphans_never_releases_another_workers_lease(
     await w1._release_orphans()
     info = await q.jobs.get(jid)
     assert info is not None and info.state == "active" and info.worker_id == "w2"
-    assert w1.released == 0
+    assert w1.counts.released == 0
     # Its own orphan it does hand back.
     await q.conn.srem(q.keys.worker_jobs("w1"), jid)
     mine = await q.jobs.enqueue("y")
     assert (await q.jobs.claim("w1", LEASE)) is not None
     await w1._release_orphans()
-    assert w1.released == 1 and await locations(q, mine) == ["pending"]
+    assert w1.counts.released == 1 and await locations(q, mine) == ["pending"]
     assert await q.jobs.release(jid, c2.token, worker_id="w1") is False
     assert await q.jobs.release(jid, c2.token, worker_id="w2") is True
 

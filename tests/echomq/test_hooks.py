@@ -169,11 +169,11 @@ async def test_a_broken_around_complete_is_passed_over_and_counts_nothing_twice(
     assert await states(q, ids) == ["completed"] * 12
     stats = await q.stats()
     assert stats["counters"]["completed"] == 12  # each counted once
-    assert c.completed == 12 and c.stale == 0 and c.failed == 0
+    assert c.counts.completed == 12 and c.counts.stale == 0 and c.counts.failed == 0
 
 
 async def _done(c: echomq.Consumer, n: int) -> bool:
-    return c.completed >= n
+    return c.counts.completed >= n
 
 
 async def test_the_sends_own_error_goes_back_to_the_consumer_which_retries(
@@ -196,7 +196,7 @@ async def test_the_sends_own_error_goes_back_to_the_consumer_which_retries(
     await wait_for(lambda: _done(c, 1))
     info = await q.jobs.get(jid)
     assert info is not None and info.state == "completed" and info.result == 1
-    assert calls >= 2 and c.completed == 1
+    assert calls >= 2 and c.counts.completed == 1
 
 
 # -- on_fail, on_release, after_extend ---------------------------------------------------------
@@ -242,7 +242,7 @@ async def test_on_release_sees_the_hand_back_of_a_dependency_down(
     await wait_for(lambda: completed(q, 1))
     info = await q.jobs.get(jid)
     assert info is not None and info.state == "completed"
-    assert c.unavailable >= 1
+    assert c.counts.unavailable >= 1
 
 
 async def test_on_release_sees_a_stops_releases(q: echomq.Queue) -> None:
@@ -301,7 +301,7 @@ async def _any_false(seen: Sequence[tuple[list[str], list[bool], bool]]) -> bool
 
 
 async def _is_lost(c: echomq.Consumer) -> bool:
-    return c.lost == 1
+    return c.counts.lost == 1
 
 
 # -- on_enqueue --------------------------------------------------------------------------------
@@ -389,5 +389,5 @@ async def test_every_notification_raising_changes_no_jobs_fate(
     c = await start(handler, hooks=[hooks], lease_ms=300, concurrency=3)
     await wait_for(lambda: completed(q, 3))
     assert await states(q, ids) == ["completed"] * 3
-    assert c.lost == 0 and c.failed == 3 and c.stale == 0
+    assert c.counts.lost == 0 and c.counts.failed == 3 and c.counts.stale == 0
     assert {"on_claim", "on_fail", "after_extend"} <= set(called)

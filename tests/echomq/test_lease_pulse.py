@@ -77,7 +77,7 @@ async def test_a_one_second_lease_is_not_reaped_across_a_short_freeze(tmp_path: 
             await asyncio.wait_for(task, 20)
             assert moved == []
             assert stats["completed"] == len(jobs)
-            assert stats["counters"].get("reaped", 0) == 0 and consumer.lost == 0
+            assert stats["counters"].get("reaped", 0) == 0 and consumer.counts.lost == 0
             assert dict(starts) == {j: 1 for j in jobs}
         finally:
             await conn.aclose()

@@ -59,13 +59,13 @@ async def test_a_completion_refused_every_time_holds_no_other_back(
             assert info is not None and (info.attempts, info.stalls) == (1, 0)
 
         async def given_up() -> bool:
-            return consumer.stale == 1
+            return consumer.counts.stale == 1
 
         # Its lease renewed all along, yet given up a lease after its first error.
         await wait_for(given_up, timeout=3 * LEASE_MS / 1000)
         info = await q.jobs.get(bad)
         assert info is not None and info.state == "active" and info.attempts == 1
-        assert consumer.completed == 10
+        assert consumer.counts.completed == 10
     finally:
         consumer.stop()
         await asyncio.wait_for(task, 20)

@@ -78,7 +78,7 @@ async def test_a_claim_whose_answer_was_lost_is_asked_again_under_its_id(
     await wait_for(lambda: completed(q, 3))
     assert lost and set(lost) <= set(jobs)
     assert ran == dict.fromkeys(jobs, 1)  # each once: the re-ask answered the leased jobs
-    assert c.released == 0  # nothing had to be handed back
+    assert c.counts.released == 0  # nothing had to be handed back
     for jid in jobs:
         info = await q.jobs.get(jid)
         assert info is not None and info.state == "completed"
@@ -110,7 +110,7 @@ async def test_stopping_with_a_claim_in_doubt_hands_its_jobs_back(
         return info is not None and info.state == "pending"
 
     await wait_for(handed_back)
-    assert ran == [] and c.released == 1
+    assert ran == [] and c.counts.released == 1
     info = await q.jobs.get(jid)
     assert info is not None and info.stalls == 0 and info.failures == 0
     assert await q.conn.scard(q.keys.worker_jobs(c.worker_id)) == 0

@@ -60,7 +60,7 @@ async def test_a_woken_job_whose_park_reply_is_lost_runs_once_with_no_stall(
         assert info is not None
         # The re-ask under the claim id answered the leased job: one delivery, no reap.
         assert (info.attempts, info.stalls) == (1, 0)
-        assert ran == {jid: 1} and consumer.released == 0
+        assert ran == {jid: 1} and consumer.counts.released == 0
     finally:
         consumer.stop()
         await asyncio.wait_for(task, 20)

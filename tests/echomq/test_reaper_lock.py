@@ -76,7 +76,7 @@ async def test_a_busy_consumer_is_never_on_the_idle_lapse(
         await release.wait()
 
     c = await start_consumer(handler, lapse_ms=600, heartbeat_ms=200, idle_heartbeat_ms=2_000)
-    assert c.idle_lapse_ms == 6_000
+    assert c.options.idle_lapse_ms == 6_000
     await wait_for(lambda: _deadline_beyond(q, c.worker_id, 3_000))  # idle: the long lapse
     await q.lanes.enqueue("l", "x")
     await wait_for(lambda: _true(bool(c.running)))
