@@ -136,8 +136,8 @@ class Admin:
         return trimmed
 
     async def _holder_of(self, job_id: str, queue_name: str) -> echomq.Queue | None:
-        """The partition a floor row names; a row from before partitions (or another
-        layout) is looked for in every partition."""
+        """The partition a floor row names; a row whose queue is no partition of this
+        layout is looked for in every partition."""
         return self.queues.named(queue_name) or await self.queues.find(job_id)
 
     async def dead_jobs(self) -> list[DeadJobView]:

@@ -63,8 +63,8 @@ def guess_payload(player_id: str, round_id: str, cells: list[str], *, fifo: bool
 
 
 def player_of(payload: Any, lane: str | None) -> str | None:
-    """The player of a guess job: its payload's ``player_id`` (the FIFO lane's jobs, and
-    guesses enqueued before the payload left it out), else its lane, the player's own."""
+    """The player of a guess job: its payload's ``player_id`` where it names one (the FIFO
+    lane's jobs always do), else its lane, the player's own."""
     named = payload.get("player_id") if isinstance(payload, dict) else None
     if named is not None:
         return str(named)
