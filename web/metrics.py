@@ -36,7 +36,7 @@ UNMATCHED = "<unmatched>"
 
 
 class QueueCollector(Collector):
-    """Reports the last :meth:`codemojex.game.Admin.queue_view` snapshot handed to it.
+    """Reports the last :meth:`codemojex.admin.Admin.queue_view` snapshot handed to it.
 
     prometheus_client collects synchronously, so the scrape handler fetches the snapshot
     (async) first and this only formats it; ``None`` means Valkey did not answer.

@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio
 
 import echomq
-from codemojex import control
+import echomq.ids
+from codemojex import control, keys
 from echomq.server import EmbeddedValkey
 from tests.web.conftest import ADMIN_TOKEN, Served, WorkerProcess, assert_error, bearer
 
@@ -77,7 +78,7 @@ async def test_killing_an_unknown_or_dead_worker(
         "/api/admin/workers/WRK_01ARZ3NDEKTSV4RRFFQ69G5FAV/kill", headers=ADMIN
     )
     assert_error(resp, 404, "not_found")
-    gone = echomq.worker_id()
+    gone = echomq.ids.worker_id()
     await control.remember_worker(valkey, gone)
     await control.record_exit(valkey, gone, "killed", 12345)  # what a supervisor records
     assert_error(
@@ -94,15 +95,15 @@ async def test_adding_a_worker_needs_a_supervisor(
         resp = await served.http.post("/api/admin/workers", headers=ADMIN)
         assert resp.status_code == 201
         worker_id = resp.json()["worker_id"]
-        assert await valkey.lrange(control.spawn_key("SUP_test"), 0, -1) == [worker_id.encode()]
+        assert await valkey.lrange(keys.spawn_key("SUP_test"), 0, -1) == [worker_id.encode()]
     finally:
-        await valkey.hdel(control.SUPERVISORS, "SUP_test")
+        await valkey.hdel(keys.SUPERVISORS, "SUP_test")
 
 
 async def _dead_job(valkey: redis.asyncio.Redis, round_id: str) -> str:
     """A guess job that ran out of deliveries (no worker runs in this test)."""
     q = echomq.Queue(valkey, "guesses")
-    lane = echomq.branded("PLR")
+    lane = echomq.ids.branded("PLR")
     job_id = await q.lanes.enqueue(
         lane, {"player_id": lane, "round_id": round_id, "guess": ["🍎"] * 4}, max_attempts=1
     )
@@ -159,14 +160,14 @@ async def test_the_oldest_dead_workers_are_forgotten_with_their_records(
     sync = redis.Redis.from_url(private_valkey.url)
     ids = []
     for _ in range(5):
-        wid = echomq.worker_id()
+        wid = echomq.ids.worker_id()
         ids.append(wid)
         await control.remember_worker(valkey, wid)
         await control.record_exit(valkey, wid, "killed (SIGKILL)", 1)
         await asyncio.to_thread(control.record_killed_sync, sync, wid, ["JOB_x"])
         await asyncio.sleep(0.002)  # distinct first-seen stamps, so the order is by age
     await control.remember_worker(valkey, ids[-1])  # trimming runs on every registration
-    kept = {x.decode() for x in await valkey.zrange(control.KNOWN, 0, -1)}
+    kept = {x.decode() for x in await valkey.zrange(keys.KNOWN, 0, -1)}
     assert kept == set(ids[-3:])
     assert set(await control.exits(valkey)) == kept
     assert set(await control.killed(valkey)) == kept
