@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,10 +76,15 @@ def processes_mentioning(text: str) -> set[int]:
 class Up:
     """One ``python -m codemojex up`` on a free port, in its own process group."""
 
-    def __init__(self, data_dir: Path, *args: str, root: Path = ROOT) -> None:
+    def __init__(
+        self, data_dir: Path, *args: str, root: Path = ROOT, env: Mapping[str, str] | None = None
+    ) -> None:
         """``root``: the checkout whose ``codemojex`` runs (benchmarks pass an older one
-        from a ``git worktree`` to measure a baseline in the same run)."""
+        from a ``git worktree`` to measure a baseline in the same run). ``env``: variables
+        on top of the caller's environment without its ``CODEMOJEX_*`` ones (a developer's
+        shell must not leak into a test)."""
         self.root = root
+        self.extra_env = dict(env or {})
         self.data_dir = data_dir
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -106,6 +111,7 @@ class Up:
 
     def start(self) -> Up:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
+        env.update(self.extra_env)
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.argv,

@@ -25,36 +25,9 @@ from harness.procs import (
 from harness.running import Up, descendants
 
 
-class BenchUp(Up):
-    """tests/cli's ``Up``, with ``CODEMOJEX_*`` variables of our own on top of the clean
-    environment it gives ``up`` (it drops the caller's, so a developer's shell cannot leak
-    into a test)."""
-
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None, **kw: Any):
-        super().__init__(data_dir, *args, **kw)
-        self.extra_env = dict(env or {})
-
-    def start(self) -> Up:
-        import subprocess
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMOJEX_")}
-        env.update(self.extra_env)
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=self.root,
-                process_group=0,
-            )
-        return self
-
-
 def start_up(data_dir: Path, *args: str, env: dict[str, str], root: Path | None = None) -> Up:
     """A ready ``up``; everything it started is killed if it does not get ready."""
-    up = BenchUp(data_dir, *args, env=env, **({"root": root} if root else {}))
+    up = Up(data_dir, *args, env=env, **({"root": root} if root else {}))
     try:
         return up.start().wait_ready(60)
     except BaseException:
