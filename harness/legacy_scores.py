@@ -1,6 +1,6 @@
-"""The per-guess score write as it was before group commit (commit ed0d0e3), kept as an
-oracle: ``record_scores`` must leave exactly the rows this leaves, and ``bench_store``
-measures its speed against it. Not used by the game.
+"""The per-guess score write as it was before group commit, kept as an oracle:
+``record_scores`` must leave exactly the rows this leaves, and ``bench_store`` measures its
+speed against it. Not used by the game.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ console = Console() if sys.stdout.isatty() else Console(width=200)
 now = time.perf_counter  # every client timestamp: one monotonic clock
 
 LAG_OK_MS = 5.0  # a client whose send lag p99 passes this did not offer the load asked for
-SCORED_OK = 0.95  # scored/s must reach this share of offered/s (issue 9)
+SCORED_OK = 0.95  # scored/s must reach this share of offered/s
 
 
 @dataclass
