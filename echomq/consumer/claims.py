@@ -21,12 +21,10 @@ Key = tuple[str, int, str]
 
 
 def key_for(job_id: str, token: int) -> Key:
-    """The tracker's key of ``job_id`` held under ``token``."""
     return (job_id, int(token), lease_of(token))
 
 
 def key_of(claim: Claim) -> Key:
-    """The tracker's key of ``claim``."""
     return key_for(claim.job_id, claim.token)
 
 

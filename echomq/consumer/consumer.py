@@ -1,6 +1,4 @@
-"""``Consumer``: runs a handler over claimed jobs, keeping their leases, the worker's
-heartbeat and (as the queue's one reaper) the reaper going. How it is built:
-``docs/api/consumer.md``."""
+"""``Consumer``: runs a handler over claimed jobs (how it is built: docs/api/consumer.md)."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ class Consumer:
     Args:
         queue: the :class:`~echomq.Queue` to consume.
         handler: ``async (Claim) -> result``; a result JSON cannot carry fails its job.
-        lease_ms: each claim's lease on the server clock, renewed while the handler runs
-            (>= 100).
+        lease_ms: each claim's lease, renewed while the handler runs (>= 100).
         concurrency: handlers running at once (>= 1).
         worker_id: a branded ``WRK_…`` id, minted when not given. Never reuse one.
         source: ``"lanes"`` (fair order over lanes) or ``"jobs"`` (the plain FIFO queue).
@@ -60,8 +57,7 @@ class Consumer:
         reap_interval_ms: the reaper's shortest pause; a dead holder's job comes back
             within its deadline + this.
         park_max_ms: the longest BLPOP on the wake key when idle (>= 10).
-        idle_heartbeat_ms: beat interval while holding nothing (never below
-            ``heartbeat_ms``).
+        idle_heartbeat_ms: beat interval while holding nothing (>= ``heartbeat_ms``).
         grace_ms: on :meth:`stop`, how long running handlers may finish before their jobs
             are released; default ``lease_ms``.
         reaper: take part in the queue's reaper election.
@@ -72,8 +68,7 @@ class Consumer:
         meta: called at each beat; its fields are stored on the worker's registry row.
         probe: ``async () -> Any`` that raises while a dependency is still down; None: one
             job at a time is let through as the probe.
-        hooks: :class:`~echomq.Hooks` run after the queue's own (read when :meth:`run`
-            starts).
+        hooks: :class:`~echomq.Hooks` run after the queue's own.
     """
 
     def __init__(
@@ -238,7 +233,6 @@ class Consumer:
         await self._outcomes.outbox.flush_forever()
 
     def _describe(self) -> dict[str, Any]:
-        """The worker's registry row, written at each beat."""
         started = [r for r in self._tracker if r.task is not None]
         meta: dict[str, Any] = {
             "pid": os.getpid(),
@@ -447,7 +441,6 @@ class Consumer:
             await asyncio.sleep(0.01)
 
     def _started(self) -> bool:
-        """True while a started job is still held (its handler or its outcome unfinished)."""
         return any(r.task is not None for r in self._tracker)
 
     async def _release(self, claim: Claim) -> None:

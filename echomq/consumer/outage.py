@@ -21,8 +21,8 @@ class Outage:
 
     def __init__(self) -> None:
         self.why: str | None = None  # None while all is well
-        self.since = 0.0  # when the wait began
-        self.resumed_at = 0.0  # when the last wait ended
+        self.since = 0.0
+        self.resumed_at = 0.0
         self.epoch = 0
         self.resumed = asyncio.Event()
         self.tripped_by: str | None = None  # the job whose hand-back began the wait
