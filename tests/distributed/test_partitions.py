@@ -11,6 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 import echomq
+import echomq.registry
 from echomq.partitions import (
     SLOTS,
     Partitioned,

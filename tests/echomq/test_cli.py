@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import echomq
+import echomq.registry
 from echomq import cli
 from harness.helpers import free_port
 
