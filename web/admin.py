@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from codemojex.admin import Admin
 from codemojex.errors import JobNotFound
-from codemojex.game import Admin
-from echomq import is_branded
-from web.errors import bearer_token
+from echomq.ids import is_branded
+from web.parsing import bearer_token
 from web.responses import JSONResponse
 from web.services import Services, services_of
 

@@ -19,11 +19,8 @@ from codemojex import store
 from codemojex.errors import InvalidBody, JobNotFound, RoundNotFound, Unavailable
 from echomq.ids import is_branded
 from web import intake
-from web.errors import (
-    RETRY_AFTER_S,
-    bearer_token,
-    read_json_object,
-)
+from web.errors import RETRY_AFTER_S
+from web.parsing import bearer_token, read_json_object
 from web.responses import JSONResponse
 from web.services import Services, services_of
 

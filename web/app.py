@@ -2,7 +2,8 @@
 
 The lifespan connects the :class:`~codemojex.game.Game` (Valkey + SQL), starts the hub
 (the one events reader of this process) and closes both at shutdown. Routes live in
-``web.api`` (players), ``web.admin``, ``web.ws``; errors are mapped in ``web.errors``.
+``web.api`` (players), ``web.admin``, ``web.ws``; errors are mapped in ``web.errors``, and
+every HTTP request passes ``web.edge``.
 
 Serve it with :func:`web.server.server_config`, the one builder of uvicorn's settings
 (``up``, ``web``, the tests and the chaos harness all use it).
@@ -37,13 +38,8 @@ from web import admin, api, intake, ws
 from web.door.collector import GateCollector
 from web.door.gate import Gate
 from web.door.middleware import Door
-from web.errors import (
-    BACKEND_ERRORS,
-    Edge,
-    on_backend_error,
-    on_game_error,
-    on_http_error,
-)
+from web.edge import Edge
+from web.errors import BACKEND_ERRORS, on_backend_error, on_game_error, on_http_error
 from web.hub import Hub
 from web.metrics import Metrics, RouteMetrics
 from web.openapi import openapi_document

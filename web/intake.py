@@ -6,7 +6,7 @@ what serves every other route and nothing of it: Starlette's router (a regex per
 until one matches), its request object and its two exception layers. It still passes the
 same door, edge and request metrics as every API request (:func:`guess_stack`), answers in
 the contract's order (401, 413, 400, then the game's) and maps every error exactly as the
-app's exception handlers do; anything else ends in :class:`web.errors.Edge`'s 503.
+app's exception handlers do; anything else ends in :class:`web.edge.Edge`'s 503.
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
     BodyTooLarge,
-    bearer_token,
     error_response,
-    guess_fields,
-    idempotency_key,
-    parse_json_object,
     unavailable_response,
 )
+from web.parsing import bearer_token, guess_fields, idempotency_key, parse_json_object
 from web.services import Services
 
 log = logging.getLogger("codemojex.web")

@@ -18,8 +18,9 @@ from codemojex import views
 from codemojex.json_schema import schema_of
 from codemojex.names import MAX_MARKS_PER_GRAPHEME, NAME_MAX_CHARS
 from codemojex.rules import DEFAULT_LENGTH, DEFAULT_PALETTE
-from web.errors import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY_CHARS
+from web.errors import MAX_BODY_BYTES
 from web.name_pattern import name_patterns
+from web.parsing import MAX_IDEMPOTENCY_KEY_CHARS
 
 # The answers' components, each generated from its shape; a shape named here is a $ref
 # wherever another one holds it.

@@ -1,5 +1,5 @@
-"""What every route of one web process shares: the game, the hub, the metrics, the admin
-token — and the one path a guess takes in, whether it came over HTTP or the socket."""
+"""What every route of one web process shares: the game, the hub, the replays, the metrics,
+the admin token — and the one path a guess takes in, whether it came over HTTP or the socket."""
 
 from __future__ import annotations
 

@@ -51,16 +51,16 @@ from web.door.origin import origin_allowed
 from web.errors import (
     BACKEND_ERRORS,
     MAX_BODY_BYTES,
+    REQUEST_TIMEOUT_S,
     RETRY_AFTER_S,
     NotFound,
     error_frame,
-    idempotency_key,
-    parse_json_object,
 )
 from web.frames import CLOSE_TIMEOUT_S, CLOSE_TRY_AGAIN_LATER, EXTENSION, FrameSink
 from web.intake import read_guess
 from web.messages import parse_event_id
 from web.outbox import Connection, Outgoing
+from web.parsing import idempotency_key, parse_json_object
 from web.services import Services, services_of
 
 log = logging.getLogger("codemojex.web.ws")
@@ -75,9 +75,8 @@ CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION  # past its rate of frames that a
 FRAME_RATE_PER_S = 2.0
 FRAME_BURST = 20.0
 
-BACKEND_TIMEOUT_S = 5.0
-# The socket's guesses each get that long for their backend work (one shared timer).
-_BACKEND_DEADLINES = Deadlines(BACKEND_TIMEOUT_S)
+# The socket's guesses each get REQUEST_TIMEOUT_S for their backend work (one shared timer).
+_BACKEND_DEADLINES = Deadlines(REQUEST_TIMEOUT_S)
 GREETING_TIMEOUT_S = 15.0  # the replay may page through a long stream
 DRAIN_POLL_S = 0.01
 
@@ -139,7 +138,7 @@ async def socket_endpoint(websocket: WebSocket) -> None:
                 await _refuse(websocket)
                 return
             try:
-                async with asyncio.timeout(BACKEND_TIMEOUT_S):
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
                     player = await services.player(token)
             except Unauthorized:
                 await _refuse(websocket)

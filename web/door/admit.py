@@ -59,9 +59,9 @@ async def through(
     authenticated: bool = True,
 ) -> T | Shed:
     """``work()`` once the door lets it in, else the :class:`Shed` that says why not: the
-    one way in for an API request (:class:`Door`) and a socket's guess frame
+    one way in for an API request (:class:`~web.door.middleware.Door`) and a socket's guess frame
     (:mod:`web.ws`), so a guess weighs, waits and is shed alike whichever way it came.
-    A refusal returns no sooner than :data:`MIN_REFUSAL_S` after ``now`` (its arrival),
+    A refusal returns no sooner than :data:`~web.door.gate.MIN_REFUSAL_S` after ``now`` (its arrival),
     longer for a sender that did not wait its last ``Retry-After``
     (:meth:`Gate.refusal_hold`), its token still counted at the door meanwhile.
     ``bypass()``: True for work answered without backend work (the bucket mirror refuses

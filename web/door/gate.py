@@ -31,43 +31,44 @@ MAX_REFUSED_SENDERS = 50_000
 MAX_IDLE_S = 0.5  # the longest a slot idles after a heavy request under a duty cycle
 # A request of a sender this light (requests a second, as weighed) takes a free slot up to
 # twice the configured bound even when the adaptive one is lower: honest pace is never queued
-# behind the bound that holds the heavy senders back. Between the two loads the door must
-# tell apart (bench_game, bench_door): 200 players at 5 guesses/s each from one address
-# are honest (at 2, with 64 for the address share, they were all heavy and 1,000/s was
-# shed down to 538 accepted/s at 44 % of a core), a closed-loop masher with 8 in flight
-# is not (its rate alone passes 10 within its first answers). The game's own per-player
-# rate is 10 guesses a second. A token not seen lately weighs this much.
+# behind the bound that holds the heavy senders back. It lies between the two loads the door
+# must tell apart (bench_game, bench_door): 200 players at 5 guesses/s each from one address
+# are honest (a threshold of 2 makes them all heavy, and sheds 1,000/s down to 538
+# accepted/s), a closed-loop masher with 8 in flight is not (its rate alone passes 10
+# within its first answers). The game's own per-player rate is 10 guesses a second. A
+# token not seen lately weighs this much.
 LIGHT_RATE = 10.0
 # The light threshold follows the field (Gate.field): this many times the rate of the
 # sender at FIELD_QUANTILE of the field (slowest first), recomputed every FIELD_WINDOW_S,
 # never below LIGHT_FLOOR (an honest player's burst of a guess or two in a second) nor above
 # LIGHT_RATE. A low quantile, not the median: with the median, 200 mashers beside 100
-# honest players set the pace themselves (the threshold rose to 10 and most masher
-# requests were light; bench_door's 200-from-20-addresses row let in 2,976-5,090 masher
-# guesses with the median, 1,493-2,312 with the quantile, in runs one after the other);
-# they must now be four in five of the field's tokens to move it.
+# honest players set the pace themselves (the threshold rises to 10 and most masher
+# requests are light; bench_door's 200-from-20-addresses row lets in 2,976-5,090 masher
+# guesses with the median, 1,493-2,312 with the quantile); with the quantile they must be
+# four in five of the field's tokens to move it.
 FIELD_MULTIPLE = 3.0
 FIELD_QUANTILE = 0.2
 FIELD_WINDOW_S = 0.5
 FIELD_SPAN_S = 5.0
 FIELD_MAX_SENDERS = 4096  # the field's sample: a flood of new tokens is not all counted
 LIGHT_FLOOR = 2.0
-# While the door is overloaded (its adaptive bound below the configured one, or requests waiting),
-# an address's heavy guesses (heavy by its senders' rates, see through) are admitted at most at
-# HEAVY_FLOOR a second plus HEAVY_SHARE of its light ones: what the mashers of one address are let
-# in is two honest paces, not ten (10 mashers at the game's rate each were 100 accepted guesses a
-# second, each scored by the workers on the same two cores as the honest players' own), while an
-# address of many honest players whose bursts tip a few of them heavy keeps a share in proportion to
-# what it sends lightly (bench_game's 1,000/s from 200 players). Two paces, not one: a single player
-# spending its bucket's burst still gets past its refill rate, so Valkey refuses it and the bucket
-# mirror answers its next guesses 429 without the door.
+# While the door is overloaded (its adaptive bound below the configured one, or requests
+# waiting), an address's heavy guesses (heavy by its senders' rates, see
+# web.door.admit.through) are admitted at most at HEAVY_FLOOR a second plus HEAVY_SHARE of
+# its light ones: what the mashers of one address are let in is two honest paces, not ten
+# (10 mashers at the game's rate each would be 100 accepted guesses a second, each scored
+# by the workers on the same cores as the honest players' own), while an address of many
+# honest players whose bursts tip a few of them heavy keeps a share in proportion to what
+# it sends lightly (bench_game's 1,000/s from 200 players). Two paces, not one: a single
+# player spending its bucket's burst still gets past its refill rate, so Valkey refuses it
+# and the bucket mirror answers its next guesses 429 without the door.
 HEAVY_FLOOR = 2 * LIGHT_RATE
 HEAVY_SHARE = 0.25
 # A light request waits this many times --door-wait-ms before it is shed: when light ones
 # wait, the light slots are held by other light requests, which a CPU-starved process
-# finishes slowly (bench_door's 200 mashers: 30 honest requests at ~1 s each held the 32
-# light slots, and 24 of 365 honest guesses were shed after 0.5 s). Late beats refused for
-# an honest pace; the heavy are shed at the target as before.
+# finishes slowly (bench_door's 200 mashers: 30 honest requests at ~1 s each hold the 32
+# light slots, and at one wait 24 of 365 honest guesses are shed after 0.5 s). Late beats
+# refused for an honest pace; the heavy are shed at the target.
 LIGHT_PATIENCE = 4
 OVERLOAD_FRESH_S = 2.0  # a shrunk bound counts as overload this long after the last guess
 

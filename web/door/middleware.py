@@ -22,6 +22,8 @@ Peek = Callable[[Scope, str], bool]
 
 
 def authorization(scope: Scope) -> str | None:
+    """:func:`web.parsing.bearer_token` on the raw headers, written out: every API request
+    pays for it before the door weighs it."""
     for name, value in scope["headers"]:
         if name == b"authorization":
             if len(value) > MAX_TOKEN_BYTES:
@@ -33,7 +35,7 @@ def authorization(scope: Scope) -> str | None:
 
 
 class Door:
-    """ASGI middleware over a :class:`Gate` (see the module docstring). ``peek(scope,
+    """ASGI middleware over a :class:`Gate` (see :mod:`web.door`). ``peek(scope,
     token)``: True for a guess that will be answered without backend work (the bucket
     mirror refuses its player): it skips the queue. ``known(scope, token)``: True for a
     token this process has authenticated (no I/O). ``allowed_origins``: the origins
