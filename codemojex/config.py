@@ -179,7 +179,7 @@ class Config:
     # hundred players at once.
     player_rate: float = setting(1.0)
     player_burst: int = setting(300)
-    # The door of a web process (web/door.py), for /api/ requests. 32: concurrent enqueues
+    # The door of a web process (web.door), for /api/ requests. 32: concurrent enqueues
     # share a pipeline (echomq.coalesce), so a slot costs no Valkey connection of its own,
     # and at 16 the bound, not the CPU, held bench_game at 2,000/s offered to 1,201-1,428
     # accepted/s (32: 1,484-1,679, no 503s, same runs). It works on at most

@@ -40,7 +40,7 @@ log = logging.getLogger("codemojex.game")
 AUTH_CACHE_SIZE = 100_000
 # A player's unscored guesses listed at most (the pending cap keeps them far fewer).
 UNFINISHED_LISTED = 1_000
-# Valkey connections of one process beyond its door's bound (web/door.py): the hub's
+# Valkey connections of one process beyond its door's bound (web.door): the hub's
 # reads, websocket greetings and replays (not behind the door), admin and metrics.
 POOL_RESERVE = 64
 DEFAULT_POOL = 100  # redis-py's own default, for a process without a door (a worker)

@@ -38,7 +38,7 @@ def test_the_lua_table_covers_every_guarded_area() -> None:
 def test_every_core_module_is_in_a_mutmut_group_with_existing_tests() -> None:
     echomq = sorted(
         str(p.relative_to(ROOT))
-        for p in (ROOT / "echomq").glob("*.py")
+        for p in (ROOT / "echomq").rglob("*.py")
         if p.name not in ("__init__.py", "settings.py")  # no functions: nothing to mutate
     )
     grouped = [m for g in GROUPS.values() for m in g.modules]

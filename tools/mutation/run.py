@@ -71,22 +71,10 @@ _RATE_BURST_TEST = (
     "test_the_rate_limit_allows_a_burst_then_refills_on_the_server_clock"
 )
 
-# The Consumer (the orchestrator) and the parts it is built of (issue 23, item 3).
-_CONSUMER = (
-    "consumer.py",
-    "claims.py",
-    "options.py",
-    "leases.py",
-    "outbox.py",
-    "outcomes.py",
-    "heartbeat.py",
-    "reaper.py",
-    "park.py",
-    "outage.py",
-    "running.py",
-    "trouble.py",
-    "waits.py",
-)
+# The Consumer and the parts it is built of: the echomq.consumer subpackage.
+_CONSUMER = _rest_of("echomq/consumer")
+# The embedded server: the echomq.server subpackage.
+_SERVER = _rest_of("echomq/server")
 
 GROUPS: dict[str, Group] = {
     "rules": Group(
@@ -138,7 +126,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "echomq": Group(
-        _rest_of("echomq", *_CONSUMER, "server.py", "backoff.py"),
+        _rest_of("echomq", "backoff.py"),
         (
             "tests/echomq/test_transitions.py",
             "tests/echomq/test_arguments.py",
@@ -177,7 +165,7 @@ GROUPS: dict[str, Group] = {
         "the client-side backoff of every reconnect loop (doubling, cap, jitter)",
     ),
     "consumer": Group(
-        tuple(f"echomq/{name}" for name in _CONSUMER),
+        _CONSUMER,
         (
             "tests/echomq/test_consumer.py",
             "tests/echomq/test_consumer_faults.py",
@@ -189,7 +177,7 @@ GROUPS: dict[str, Group] = {
         "the consumer and its parts: claim, extend, complete, release, beat, reap",
     ),
     "server": Group(
-        ("echomq/server.py",),
+        _SERVER,
         ("tests/echomq/test_server.py",),
         "EmbeddedValkey: start, stop, config",
     ),
