@@ -135,8 +135,9 @@ def _sources(prefix: str, n: int) -> list[str]:
     return [f"{prefix}.{1 + i // 250}.{1 + i % 250}" for i in range(n)]
 
 
-def measure(requests: int = 20_000) -> dict[str, Any]:
-    """Both phases on one web process behind one nginx; the figures (see the module)."""
+def measure(requests: int = 20_000, limit_req: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Both phases on one web process behind one nginx; the figures (see the module).
+    ``limit_req`` (rate per second, burst) replaces the shipped per-address limit."""
     connections = max(1, -(-requests // PER_CONNECTION))
     per = min(requests, PER_CONNECTION)
     # nginx reads a connection's next pipelined request only once the last is answered, so
@@ -149,7 +150,9 @@ def measure(requests: int = 20_000) -> dict[str, Any]:
         web_processes(Path(tmp), WebProcess) as start,
     ):
         web = start("--forwarded-allow-ips", "127.0.0.1")
-        with running_nginx([("127.0.0.1", web.port)], Path(tmp) / "nginx") as nginx:
+        with running_nginx(
+            [("127.0.0.1", web.port)], Path(tmp) / "nginx", limit_req=limit_req
+        ) as nginx:
             _phase(nginx, web, _sources("127.10", 2), 200)  # warm both up
             proxied = _phase(nginx, web, _sources("127.20", connections), per)
             refused = asyncio.run(_over_the_limit(nginx, web, over, per_over))

@@ -80,10 +80,22 @@ def _once(pattern: str, replacement: str, text: str, what: str) -> str:
 
 
 def loopback_config(
-    text: str, upstreams: Sequence[tuple[str, int]], port: int, prefix: Path, *, root: bool
+    text: str,
+    upstreams: Sequence[tuple[str, int]],
+    port: int,
+    prefix: Path,
+    *,
+    root: bool,
+    limit_req: tuple[int, int] | None = None,
 ) -> str:
     """``text`` (the shipped config) for nginx on ``127.0.0.1:port`` in front of
-    ``upstreams``, its pid, error log and temporary files under ``prefix``."""
+    ``upstreams``, its pid, error log and temporary files under ``prefix``; ``limit_req``
+    (rate per second, burst) in place of the shipped per-address limit, for an instrument's
+    test that must trip it on a machine too busy to pass the shipped rate."""
+    if limit_req is not None:
+        rate, burst = limit_req
+        text = _once(r"rate=\d+r/s;", f"rate={rate}r/s;", text, "the limit_req rate")
+        text = _once(r"burst=\d+ nodelay;", f"burst={burst} nodelay;", text, "the limit_req burst")
     if not upstreams:
         raise ValueError("nginx needs at least one upstream")
     servers = "".join(f"        server {host}:{p};\n" for host, p in upstreams)
@@ -120,9 +132,13 @@ class Nginx:
 
 @contextlib.contextmanager
 def running_nginx(
-    upstreams: Sequence[tuple[str, int]], prefix: Path | None = None
+    upstreams: Sequence[tuple[str, int]],
+    prefix: Path | None = None,
+    *,
+    limit_req: tuple[int, int] | None = None,
 ) -> Iterator[Nginx]:
-    """Real nginx with the shipped config in front of ``upstreams``, ready, stopped at exit."""
+    """Real nginx with the shipped config in front of ``upstreams``, ready, stopped at exit
+    (``limit_req``: see :func:`loopback_config`)."""
     binary = require_nginx()
     with contextlib.ExitStack() as stack:
         if prefix is None:
@@ -133,7 +149,12 @@ def running_nginx(
         conf = prefix / "nginx.conf"
         conf.write_text(
             loopback_config(
-                SHIPPED.read_text(encoding="utf-8"), upstreams, port, prefix, root=os.geteuid() == 0
+                SHIPPED.read_text(encoding="utf-8"),
+                upstreams,
+                port,
+                prefix,
+                root=os.geteuid() == 0,
+                limit_req=limit_req,
             )
         )
         with open(prefix / "stderr.log", "wb") as err:

@@ -1,6 +1,10 @@
 """``bench.bench_nginx`` on a few thousand requests, so the instrument cannot rot: every
 request of the proxied phase reaches the web, the refusing address is refused by nginx
-itself, and the table names both phases. No figure is held to a speed."""
+itself, and the table names both phases. No figure is held to a speed.
+
+The limit is the shipped one but slower (200/s, a burst of 1,000: still above each proxied
+address's 1,000 requests): the shipped 1,000/s can only be passed by a web that answers
+faster than that, which a suite on two busy cores does not."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 def test_both_phases_are_measured_and_printed() -> None:
     require_nginx()
-    results = bench_nginx.measure(2000)
+    results = bench_nginx.measure(2000, limit_req=(200, 1000))
     proxied, refused = results["proxied"], results["refused"]
     assert proxied["requests"] == proxied["proxied"] == 2000, proxied["statuses"]
     assert proxied["refused"] == 0

@@ -76,3 +76,16 @@ def test_debians_nginx_accepts_the_transformed_config(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "syntax is ok" in done.stderr
+
+
+def test_a_slower_limit_changes_only_the_two_limit_lines(tmp_path: Path) -> None:
+    upstreams = [("127.0.0.1", 8101)]
+    shipped = loopback_config(SHIPPED_TEXT, upstreams, 8080, tmp_path, root=False)
+    slower = loopback_config(
+        SHIPPED_TEXT, upstreams, 8080, tmp_path, root=False, limit_req=(200, 1000)
+    )
+    removed, added = _changes(shipped, slower)
+    assert [r.split("rate=")[-1] for r in removed if "rate=" in r] == ["1000r/s;"]
+    assert any("burst=3000 nodelay;" in r for r in removed) and len(removed) == 2
+    assert any("rate=200r/s;" in a for a in added)
+    assert any("burst=1000 nodelay;" in a for a in added) and len(added) == 2
