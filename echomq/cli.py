@@ -1,11 +1,16 @@
-"""``echomq``: a queue's state for operators, through the public API only."""
+"""``echomq``: a queue's state for operators, through the public API only, and ``echomq
+worker``, which runs a :class:`~echomq.Consumer` over a handler named on the command line."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import importlib
+import inspect
+import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, fields
@@ -26,8 +31,9 @@ else:
 
 from . import registry
 from .connection import Client, connect
+from .consumer import Consumer, Handler
 from .errors import EchoMQError, JobNotFound
-from .partitions import Partitioned
+from .partitions import Partitioned, PartitionedConsumer
 from .queue import Queue
 from .types import JobInfo
 
@@ -35,6 +41,8 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ECHOMQ_URL"
 CONNECT_TIMEOUT_S = 5.0  # a host that drops packets: give up after this, not minutes later
 PAYLOAD_WIDTH = 60  # characters of a dead job's payload in the table (--json has it whole)
+
+log = logging.getLogger("echomq.worker")
 
 EXIT_REFUSED = 1
 EXIT_UNREACHABLE = 2
@@ -54,11 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     common = _Parser(add_help=False)
-    common.add_argument(
-        "--url",
-        default=os.environ.get(URL_VARIABLE) or DEFAULT_URL,
-        help=f"the Valkey server or cluster (env {URL_VARIABLE}; default {DEFAULT_URL})",
-    )
+    _url_argument(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument(
         "--partitions",
@@ -86,7 +90,85 @@ def build_parser() -> argparse.ArgumentParser:
 
     workers = sub.add_parser("workers", parents=[common], help="the registered workers")
     workers.set_defaults(run=_workers)
+
+    _worker_parser(sub)
     return parser  # its subparsers are _Parser too (argparse makes them of its class)
+
+
+def _url_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(URL_VARIABLE) or DEFAULT_URL,
+        help=f"the Valkey server or cluster (env {URL_VARIABLE}; default {DEFAULT_URL})",
+    )
+
+
+def _worker_parser(sub: Any) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="run a Consumer over HANDLER (SIGTERM/SIGINT: drain and exit 0)",
+        description="Consume QUEUE with HANDLER, an async callable taking an echomq.Claim "
+        "(its return value completes the job, an exception fails it).",
+    )
+    _url_argument(worker)
+    worker.add_argument("--queue", required=True, help="the queue's name (keys emq:{QUEUE}:…)")
+    worker.add_argument(
+        "--partitions",
+        type=_at_least(1),
+        default=1,
+        help="QUEUE is partitioned over this many queues (echomq.Partitioned; default 1)",
+    )
+    worker.add_argument(
+        "--source",
+        choices=("lanes", "jobs"),
+        default="lanes",
+        help="claim from the fair lanes or the plain FIFO queue (lanes)",
+    )
+    worker.add_argument("--concurrency", type=_at_least(1), default=1, help="handlers at once (1)")
+    worker.add_argument("--lease-ms", type=_at_least(100), default=10_000, help="lease (10000)")
+    worker.add_argument(
+        "--batch", type=_at_least(1), default=32, help="jobs leased per claim call (32)"
+    )
+    worker.add_argument(
+        "--prefetch", type=_at_least(0), default=0, help="jobs held ready beyond concurrency (0)"
+    )
+    worker.add_argument(
+        "--timeout-ms",
+        type=_at_least(1),
+        default=None,
+        help="cancel a handler running this long and fail its job (default: no limit)",
+    )
+    worker.add_argument(
+        "--lapse-ms",
+        type=_at_least(1),
+        default=3_000,
+        help="a silent worker's jobs are reclaimed after this (3000)",
+    )
+    worker.add_argument(
+        "--grace-ms",
+        type=_at_least(0),
+        default=None,
+        help="at a stop, how long running handlers may finish (default: the lease)",
+    )
+    worker.add_argument("--worker-id", default=None, help="a WRK_… id (default: minted)")
+    worker.add_argument(
+        "--no-reaper",
+        dest="reaper",
+        action="store_false",
+        help="take no part in reaping expired leases",
+    )
+    worker.add_argument(
+        "--app-dir",
+        default=".",
+        help="put this folder first on the import path for HANDLER (default: .)",
+    )
+    worker.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="what is logged to stderr (info)",
+    )
+    worker.add_argument("handler", metavar="HANDLER", help="pkg.module:attr (attr may be dotted)")
 
 
 def _at_least(low: int) -> Callable[[str], int]:
@@ -104,6 +186,8 @@ def _at_least(low: int) -> Callable[[str], int]:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
+    if args.command == "worker":
+        sys.exit(_worker(args))
     if _NO_RICH is not None and not args.json:
         sys.exit(_fail(_NO_RICH, EXIT_UNREACHABLE))
     # With --json every command prints to stdout before it would reach the console.
@@ -292,6 +376,118 @@ async def _workers(q: AnyQueue, args: argparse.Namespace, out: Console) -> None:
             str(w.deadline_ms - now) if w.deadline_ms is not None else "-",
         )
     out.print(table)
+
+
+# -- echomq worker ---------------------------------------------------------------------------
+
+
+class BadHandler(Exception):
+    """``echomq worker``'s HANDLER names no async callable (the message says why)."""
+
+
+def load_handler(target: str, app_dir: str | None = ".") -> Handler:
+    """The async callable ``target`` names (``pkg.module:attr``, ``attr`` may be dotted),
+    imported with ``app_dir`` first on the import path; :class:`BadHandler` otherwise."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise BadHandler(f"HANDLER must be pkg.module:attr, got {target!r}")
+    if app_dir is not None:
+        folder = os.path.abspath(app_dir)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as e:  # whatever the module raised, said in one line
+        raise BadHandler(f"cannot import {module_name}: {type(e).__name__}: {e}") from e
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise BadHandler(f"{module_name} has no attribute {attr}") from None
+    if not callable(found):
+        raise BadHandler(f"{target} is not callable (it is a {type(found).__name__})")
+    if inspect.isfunction(found) and not inspect.iscoroutinefunction(found):
+        raise BadHandler(f"{target} is not async: a handler is an async def taking a Claim")
+    return cast("Handler", found)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        handler = load_handler(args.handler, args.app_dir)
+    except BadHandler as e:
+        return _fail(str(e), EXIT_UNREACHABLE)
+    try:
+        return asyncio.run(_consume(args, handler))
+    except KeyboardInterrupt:  # a second Ctrl-C while draining
+        return 130
+
+
+async def _consume(args: argparse.Namespace, handler: Handler) -> int:
+    where = redacted(args.url)
+    try:
+        conn: Client = connect(args.url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+    except ValueError as e:
+        return _fail(f"bad --url {where}: {e}", EXIT_UNREACHABLE)
+    try:
+        options: dict[str, Any] = {
+            "lease_ms": args.lease_ms,
+            "source": args.source,
+            "batch": args.batch,
+            "prefetch": args.prefetch,
+            "timeout_ms": args.timeout_ms,
+            "lapse_ms": args.lapse_ms,
+            "grace_ms": args.grace_ms,
+            "reaper": args.reaper,
+        }
+        consumer: Consumer | PartitionedConsumer
+        if args.partitions == 1:
+            consumer = Consumer(
+                Queue(conn, args.queue),
+                handler,
+                concurrency=args.concurrency,
+                worker_id=args.worker_id,
+                **options,
+            )
+        else:
+            consumer = PartitionedConsumer(
+                Partitioned(conn, args.queue, args.partitions),
+                handler,
+                concurrency=args.concurrency,
+                worker_id=args.worker_id,
+                **options,
+            )
+    except (TypeError, ValueError) as e:  # options the Consumer refuses
+        await conn.aclose()
+        return _fail(str(e), EXIT_UNREACHABLE)
+    loop = asyncio.get_running_loop()
+    # As Consumer.run(install_signal_handlers=True), for a partitioned consumer too.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, consumer.stop)
+    log.info(
+        "worker %s consuming %s (%s) at %s, %d at once",
+        consumer.worker_id,
+        args.queue,
+        args.source,
+        where,
+        consumer.concurrency,
+    )
+    try:
+        await consumer.run()
+    except Exception:
+        log.exception("worker %s stopped on an error", consumer.worker_id)
+        return EXIT_REFUSED
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        with contextlib.suppress(Exception):
+            await conn.aclose()
+    log.info("worker %s drained and stopped", consumer.worker_id)
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -305,3 +306,179 @@ async def test_version_and_help_name_the_commands() -> None:
         assert command in out
     code, out, _ = await echomq_cli("dead", "--help")
     assert code == 0 and "--limit" in out and "--url" in out and cli.URL_VARIABLE in out
+
+
+# -- echomq worker: a Consumer from the command line, run as an operator would ---------------
+
+HANDLERS = """
+import asyncio
+
+import echomq
+
+NOT_CALLABLE = 42
+
+
+def plain(claim):
+    return None
+
+
+async def echo(claim: echomq.Claim):
+    if claim.payload.get("slow"):
+        await asyncio.sleep(claim.payload["slow"])
+    return {"echo": claim.payload, "lane": claim.lane}
+
+
+class Nested:
+    @staticmethod
+    async def handle(claim: echomq.Claim):
+        return "nested"
+"""
+
+
+@pytest.fixture
+def app_dir(tmp_path: Any) -> str:
+    (tmp_path / "cli_handlers.py").write_text(HANDLERS, encoding="utf-8")
+    (tmp_path / "cli_broken.py").write_text("raise RuntimeError('boom at import')\n")
+    return str(tmp_path)
+
+
+def worker_process(app_dir: str, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "echomq", "worker", "--app-dir", app_dir, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != cli.URL_VARIABLE},
+    )
+
+
+async def finished(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
+    _, err = await asyncio.to_thread(proc.communicate, timeout=timeout)
+    return proc.returncode, err
+
+
+async def test_worker_handles_the_jobs_enqueued_and_drains_on_sigterm(
+    q: echomq.Queue, valkey_url: str, app_dir: str
+) -> None:
+    plain = [await q.jobs.enqueue({"n": n}) for n in range(3)]
+    proc = worker_process(
+        app_dir,
+        "--url",
+        valkey_url,
+        "--queue",
+        q.name,
+        "--source",
+        "jobs",
+        "--concurrency",
+        "2",
+        "--lease-ms",
+        "5000",
+        "cli_handlers:echo",
+    )
+    try:
+
+        async def all_done(ids: list[str]) -> bool:
+            infos = [await q.jobs.get(i) for i in ids]
+            return all(i is not None and i.state == "completed" for i in infos)
+
+        await wait_for(lambda: all_done(plain), timeout=30)
+        info = await q.jobs.get(plain[0])
+        assert info is not None and info.result == {"echo": {"n": 0}, "lane": None}
+        found = await echomq.registry.workers(q)
+        assert len(found) == 1 and found[0].pid == proc.pid
+
+        # A job still running at SIGTERM is finished (drained), not abandoned.
+        slow = await q.jobs.enqueue({"slow": 1.0})
+
+        async def running() -> bool:
+            info = await q.jobs.get(slow)
+            return info is not None and info.state == "active"
+
+        await wait_for(running, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        code, err = await finished(proc)
+        assert code == 0, err
+        assert "Traceback" not in err
+        info = await q.jobs.get(slow)
+        assert info is not None and info.state == "completed"
+        assert info.result == {"echo": {"slow": 1.0}, "lane": None}
+        assert await echomq.registry.workers(q) == []  # it left the registry
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_worker_serves_fair_lanes_by_default_with_a_dotted_handler(
+    q: echomq.Queue, valkey_url: str, app_dir: str
+) -> None:
+    job_id = await q.lanes.enqueue("alice", {"n": 1})
+    proc = worker_process(
+        app_dir, "--url", valkey_url, "--queue", q.name, "cli_handlers:Nested.handle"
+    )
+    try:
+
+        async def done() -> bool:
+            info = await q.jobs.get(job_id)
+            return info is not None and info.state == "completed"
+
+        await wait_for(done, timeout=30)
+        info = await q.jobs.get(job_id)
+        assert info is not None and info.result == "nested"
+        proc.send_signal(signal.SIGINT)
+        code, err = await finished(proc)
+        assert code == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("cli_handlers", "HANDLER must be pkg.module:attr, got 'cli_handlers'"),
+        ("cli_handlers:", "HANDLER must be pkg.module:attr"),
+        ("no_such_module_here:handle", "cannot import no_such_module_here: ModuleNotFoundError"),
+        ("cli_broken:handle", "cannot import cli_broken: RuntimeError: boom at import"),
+        ("cli_handlers:missing", "cli_handlers has no attribute missing"),
+        ("cli_handlers:Nested.missing", "cli_handlers has no attribute Nested.missing"),
+        ("cli_handlers:NOT_CALLABLE", "cli_handlers:NOT_CALLABLE is not callable (it is a int)"),
+        ("cli_handlers:plain", "cli_handlers:plain is not async"),
+    ],
+)
+async def test_worker_refuses_a_bad_handler_in_one_line_exit_2(
+    valkey_url: str, app_dir: str, target: str, said: str
+) -> None:
+    proc = worker_process(app_dir, "--url", valkey_url, "--queue", "q", target)
+    code, err = await finished(proc)
+    assert code == 2
+    assert err.startswith(f"echomq: {said}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+async def test_worker_refuses_options_the_consumer_refuses(valkey_url: str, app_dir: str) -> None:
+    for argv in (
+        ["--lease-ms", "50"],  # argparse: below the lease's floor
+        ["--concurrency", "0"],
+        ["--source", "elsewhere"],
+        ["--worker-id", ""],  # the Consumer's own check
+        ["--lapse-ms", "5", "--lease-ms", "1000"],  # a beat cannot land inside that lapse
+    ):
+        code, out, err = await echomq_cli(
+            "worker", "--url", valkey_url, "--queue", "q", *argv, "tests.echomq.test_cli:noop"
+        )
+        assert code == 2 and out == "", argv
+        assert err.startswith("echomq") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+async def noop(claim: echomq.Claim) -> None:
+    """A handler the in-process worker tests name."""
+
+
+async def test_worker_help_names_its_options() -> None:
+    code, out, _ = await echomq_cli("worker", "--help")
+    assert code == 0
+    for option in ("--url", "--queue", "--concurrency", "--lease-ms", "--source", "HANDLER"):
+        assert option in out
+    assert cli.URL_VARIABLE in out
