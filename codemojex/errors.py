@@ -136,15 +136,19 @@ class Unauthorized(CodemojexError):
     default_detail = "missing or invalid bearer token"
 
 
-class LaneFull(_RetryAfter):
+class _Throttled(_RetryAfter):
+    """A 429: the wait comes first, as the refusing code always knows it."""
+
+    def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s)
+
+
+class LaneFull(_Throttled):
     """The player already has the cap of guesses pending (accepted, not yet scored)."""
 
     code = "lane_full"
     status = 429
     default_detail = "too many guesses pending; wait for some to be scored"
-
-    def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
-        super().__init__(detail, retry_after_s=retry_after_s)
 
 
 def retry_after_s(wait_ms: int) -> int:
@@ -152,16 +156,13 @@ def retry_after_s(wait_ms: int) -> int:
     return max(1, math.ceil(wait_ms / 1000))
 
 
-class RateLimited(_RetryAfter):
+class RateLimited(_Throttled):
     """The player submits faster than the per-player rate (a token bucket on the server
     clock); nothing was accepted and no ``seq`` taken."""
 
     code = "rate_limited"
     status = 429
     default_detail = "too many guesses too fast; slow down"
-
-    def __init__(self, retry_after_s: int = 1, detail: str | None = None) -> None:
-        super().__init__(detail, retry_after_s=retry_after_s)
 
 
 class Unavailable(_RetryAfter):

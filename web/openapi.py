@@ -195,7 +195,15 @@ def _health_op(summary: str, ok: str) -> dict[str, Any]:
     return op
 
 
-_ADMIN_ERRORS = (401,)
+def _admin_op(
+    summary: str,
+    ok: dict[str, Any],
+    *errors: int,
+    params: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An admin endpoint: the admin token, so a 401 besides ``errors``."""
+    return _op(summary, ok, (401, *errors), security=_ADMIN, params=params)
+
 
 _PATHS: dict[str, Any] = {
     "/api/players": {
@@ -317,59 +325,51 @@ _PATHS: dict[str, Any] = {
         )
     },
     "/api/admin/workers": {
-        "get": _op(
+        "get": _admin_op(
             "Every worker known recently",
             {"200": _json(_ref("Workers"), "workers")},
-            _ADMIN_ERRORS,
-            security=_ADMIN,
         ),
-        "post": _op(
+        "post": _admin_op(
             "Start one more ScoreWorker where a supervisor runs",
             {"201": _json(_ref("WorkerId"), "the new worker's id")},
-            (*_ADMIN_ERRORS, 409),
-            security=_ADMIN,
+            409,
         ),
     },
     "/api/admin/workers/{worker_id}/kill": {
-        "post": _op(
+        "post": _admin_op(
             "SIGKILL a worker process, wherever it runs",
             {"202": _json(_ref("KillOrdered"), "kill ordered")},
-            (*_ADMIN_ERRORS, 404, 409),
-            security=_ADMIN,
+            404,
+            409,
             params=[_path_param("worker_id", {"type": "string"})],
         )
     },
     "/api/admin/queue": {
-        "get": _op(
+        "get": _admin_op(
             "Queue depths, lanes and counters",
             {"200": _json(_ref("Queue"), "the queue")},
-            _ADMIN_ERRORS,
-            security=_ADMIN,
         )
     },
     "/api/admin/dead": {
-        "get": _op(
+        "get": _admin_op(
             "Dead jobs on the durable floor",
             {"200": _json(_ref("DeadJobs"), "dead jobs")},
-            _ADMIN_ERRORS,
-            security=_ADMIN,
         )
     },
     "/api/admin/dead/{job_id}/retry": {
-        "post": _op(
+        "post": _admin_op(
             "Put a dead job back on its lane",
             {"202": _json(_ref("JobState"), "retried")},
-            (*_ADMIN_ERRORS, 404, 409),
-            security=_ADMIN,
+            404,
+            409,
             params=[_path_param("job_id", {"type": "string"})],
         )
     },
     "/api/admin/dead/{job_id}": {
-        "delete": _op(
+        "delete": _admin_op(
             "Discard a dead job",
             {"200": _json(_ref("JobState"), "discarded")},
-            (*_ADMIN_ERRORS, 404),
-            security=_ADMIN,
+            404,
             params=[_path_param("job_id", {"type": "string"})],
         )
     },

@@ -5,7 +5,7 @@
 // The event log is computed by comparing successive polls, so an operator can follow a killed
 // worker's job: leased to the dead worker, reclaimed, then scored by another worker — once.
 
-import { request, ApiError, h, syncList } from './api.js';
+import { request, ApiError, h, showText, syncList } from './api.js';
 
 const TOKEN_KEY = 'codemojex.admin';
 const POLL_MS = 1000;
@@ -47,8 +47,7 @@ function num(v) {
 }
 
 function setBanner(text) {
-  $('banner').textContent = text || '';
-  $('banner').hidden = !text;
+  showText($('banner'), text);
 }
 
 function setPollStatus(kind, text) {
@@ -85,9 +84,7 @@ function showLogin(message) {
   $('dashboard').hidden = true;
   $('admin-logout').hidden = true;
   $('login').hidden = false;
-  const err = $('login-error');
-  err.textContent = message || '';
-  err.hidden = !message;
+  showText($('login-error'), message);
   setPollStatus('offline', 'signed out');
   setBanner(null);
   const input = $('admin-token');
@@ -638,9 +635,7 @@ function boot() {
     ev.preventDefault();
     const token = $('admin-token').value.trim();
     if (!token) {
-      const err = $('login-error');
-      err.textContent = 'Paste the admin token first.';
-      err.hidden = false;
+      showText($('login-error'), 'Paste the admin token first.');
       return;
     }
     $('admin-token').value = '';

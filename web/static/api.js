@@ -113,6 +113,12 @@ function append(el, children) {
   }
 }
 
+/** Shows `text` in `el`, or hides `el` when there is none. */
+export function showText(el, text) {
+  el.textContent = text || '';
+  el.hidden = !text;
+}
+
 /** A random hex id that works outside secure contexts too (crypto.randomUUID does not). */
 export function randomId(prefix = '') {
   const bytes = new Uint8Array(16);

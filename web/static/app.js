@@ -4,7 +4,7 @@
 // functions bring the DOM in line. Guesses are keyed by job_id, so a score that arrives twice
 // (replay after a reconnect, a refetch racing a live message) is shown once.
 
-import { request, ApiError, onServerDate, h, randomId, shortId, syncList } from './api.js';
+import { request, ApiError, onServerDate, h, randomId, shortId, showText, syncList } from './api.js';
 import { LiveSocket } from './socket.js';
 
 const PLAYER_KEY = 'codemojex.player';
@@ -72,9 +72,7 @@ function forgetPlayer() {
 // ---------------------------------------------------------------- banner, errors, status
 
 function setBanner(text) {
-  const b = $('banner');
-  b.textContent = text || '';
-  b.hidden = !text;
+  showText($('banner'), text);
 }
 
 function showError(text, retryAfter = null) {
@@ -995,9 +993,7 @@ function leave(message) {
   $('leave').hidden = true;
   $('me').hidden = true;
   $('join').hidden = false;
-  const err = $('join-error');
-  err.textContent = message || '';
-  err.hidden = !message;
+  showText($('join-error'), message);
   showError(null);
   renderAll();
   renderLeaderboard();
