@@ -28,8 +28,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-import echomq.admin
-from codemojex.admin import Admin
 from codemojex.config import Config
 from codemojex.errors import CodemojexError, Unauthorized
 from codemojex.game import Game
@@ -66,17 +64,13 @@ async def metrics(request: Request) -> Response:
     # CODEMOJEX_METRICS_TOKEN set: a scraper's bearer token, checked before any Valkey work.
     if not metrics_authorized(request.headers.get("authorization"), services.config.metrics_token):
         raise Unauthorized("the metrics token is required")
-    snapshot: dict[str, Any] | None = None
     try:
         async with asyncio.timeout(METRICS_QUEUE_TIMEOUT_S):
-            snapshot = dict(await Admin(services.game).queue_view())
-            # Every worker registers on every partition: the first one counts them.
-            queue = services.game.queues.partitions[0]
-            snapshot["workers_alive"] = await echomq.admin.worker_count(queue)
+            await services.metrics.refresh_queue(services.game.queues)
     except BACKEND_ERRORS as exc:
         # The process's own metrics are still worth a scrape; codemojex_queue_up says 0.
         log.warning("metrics: queue unavailable: %s: %s", type(exc).__name__, exc)
-    body, content_type = services.metrics.render(snapshot, request.headers.get("accept", ""))
+    body, content_type = services.metrics.render(request.headers.get("accept", ""))
     return Response(body, headers={"Content-Type": content_type})
 
 

@@ -6,8 +6,10 @@ bounded), method and status, with a latency histogram per route; submissions by 
 scores pushed to sockets, the acceptance-to-score latency (measured once per score event,
 not per socket); the process, GC and platform collectors. Queue-wide, read from Valkey on
 each scrape: queue depths, lanes, stale completions refused, reclaims, dead jobs, workers
-alive — the same numbers the admin page shows, so every web process reports the whole
-queue (aggregate them with ``max``, not ``sum``). Workers serve their own metrics
+alive — read by :mod:`echomq.metrics` (``echomq_*`` families) and also named as the alert
+rules and the dashboard know them (``codemojex_queue_*``); the same numbers the admin page
+shows, so every web process reports the whole queue (aggregate them with ``max``, not
+``sum``). Workers serve their own metrics
 (:mod:`codemojex.metrics`). The exposition format follows the scraper's ``Accept`` header
 (prometheus-client's ``choose_encoder``).
 """
@@ -24,7 +26,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import echomq
 from codemojex.metrics import LATENCY_BUCKETS, standard_collectors
+from echomq.metrics import STATES, QueueCollector
 
 # Scoring normally takes milliseconds; a reclaimed job (killed worker) takes the lease.
 _LATENCY_BUCKETS = LATENCY_BUCKETS
@@ -35,52 +39,52 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 UNMATCHED = "<unmatched>"
 
 
-class QueueCollector(Collector):
-    """Reports the last :meth:`codemojex.admin.Admin.queue_view` snapshot handed to it.
-
-    prometheus_client collects synchronously, so the scrape handler fetches the snapshot
-    (async) first and this only formats it; ``None`` means Valkey did not answer.
-    """
+class GameQueueNames(Collector):
+    """The guesses queue's numbers under the names the alert rules and the dashboard use
+    (``codemojex_queue_*``, ``codemojex_workers_alive``, …), formatted from the snapshot
+    of the :class:`echomq.metrics.QueueCollector` beside it; no read of its own."""
 
     def __init__(self) -> None:
-        self.snapshot: dict[str, Any] | None = None
+        self.source: QueueCollector | None = None
 
     def collect(self) -> Iterator[Metric]:
+        s = None
+        if self.source is not None:
+            s = self.source.snapshot(self.source.queues[0].name)
         up = GaugeMetricFamily("codemojex_queue_up", "1 when the queue answered this scrape")
-        up.add_metric([], 1 if self.snapshot else 0)
+        up.add_metric([], 1 if s else 0)
         yield up
-        s = self.snapshot
-        if not s:
+        if s is None:
             return
+        st = s.stats
         depth = GaugeMetricFamily(
             "codemojex_queue_jobs", "Guess jobs by EchoMQ state", labels=["state"]
         )
-        for state in ("pending", "active", "scheduled", "completed", "dead"):
-            depth.add_metric([state], s.get(state, 0))
+        for state in STATES:
+            depth.add_metric([state], st[state])  # type: ignore[literal-required]
         yield depth
         lanes = GaugeMetricFamily("codemojex_queue_lanes", "Non-empty lanes (players waiting)")
-        lanes.add_metric([], s.get("lane_count", len(s.get("lanes", []))))
+        lanes.add_metric([], st["lane_count"])
         yield lanes
-        if "workers_alive" in s:
-            alive = GaugeMetricFamily(
-                "codemojex_workers_alive", "ScoreWorkers in the registry (heartbeat not lapsed)"
-            )
-            alive.add_metric([], s["workers_alive"])
-            yield alive
-        c = s.get("counters", {})
-        for name, key, text in (
+        alive = GaugeMetricFamily(
+            "codemojex_workers_alive", "ScoreWorkers in the registry (heartbeat not lapsed)"
+        )
+        alive.add_metric([], s.workers_alive)
+        yield alive
+        c = st["counters"]
+        for name, value, text in (
             (
                 "codemojex_stale_completions_refused",
-                "stale_refused",
+                sum(st["refused"].values()),
                 "Stale (fenced-off) calls the queue refused",
             ),
-            ("codemojex_reclaims", "reclaimed", "Jobs the reaper returned to their lane"),
-            ("codemojex_queue_accepted", "accepted", "Guesses enqueued, all processes"),
-            ("codemojex_queue_scored", "scored", "Guesses completed, all processes"),
-            ("codemojex_queue_dead", "dead", "Jobs that ran out of deliveries"),
+            ("codemojex_reclaims", c.get("reaped", 0), "Jobs the reaper returned to their lane"),
+            ("codemojex_queue_accepted", c.get("enqueued", 0), "Guesses enqueued, all processes"),
+            ("codemojex_queue_scored", c.get("completed", 0), "Guesses completed, all processes"),
+            ("codemojex_queue_dead", c.get("dead", 0), "Jobs that ran out of deliveries"),
         ):
             fam = CounterMetricFamily(name, text)
-            fam.add_metric([], c.get(key, 0))
+            fam.add_metric([], value)
             yield fam
 
 
@@ -136,12 +140,21 @@ class Metrics:
             "How long the fan-out budget kept the flusher quiet after its last broadcast",
             registry=self.registry,
         )
-        self.queue = QueueCollector()
+        self.queue = GameQueueNames()
         self.registry.register(self.queue)
 
-    def render(self, snapshot: dict[str, Any] | None, accept: str = "") -> tuple[bytes, str]:
+    async def refresh_queue(self, queues: echomq.Queue | echomq.Partitioned) -> None:
+        """Read the guesses queue for this scrape (``echomq.metrics``); raises what the read
+        raised, and the queue's series then say it is down. The first call registers the
+        ``echomq_*`` families beside the dashboards' names."""
+        source = self.queue.source
+        if source is None:
+            source = self.queue.source = QueueCollector(queues)
+            self.registry.register(source)
+        await source.refresh()
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition (in the format ``accept`` asks for) and its content type."""
-        self.queue.snapshot = snapshot
         encode, content_type = choose_encoder(accept)
         return encode(self.registry), content_type
 
