@@ -24,6 +24,11 @@ log = logging.getLogger("echomq.events")
 # A tail retries these: the server gone, loading, refusing (OOM, READONLY) or silent.
 READ_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError, asyncio.TimeoutError)
 
+# The event types that end a job (a failure that ends it appends ``failed`` then ``dead``);
+# ``progress`` reports a running job's ``Claim.progress``.
+FINAL = frozenset({"completed", "dead", "cancelled"})
+PROGRESS = "progress"
+
 OnError = Callable[[BaseException, float], None]
 """Told of each failed read: the error and the seconds until the next try."""
 

@@ -7,14 +7,15 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import checks
+from . import checks, results
+from .cancel import cancel as cancel_job
 from .checks import DEFAULT_MAX_ATTEMPTS
 from .codec import dumps, text
 from .codes import refuse
 from .ids import job_id as mint_job_id
 from .keys import Keys
 from .scripts import SCRIPTS, Call
-from .types import Claim, ClaimBatch, FailOutcome, JobInfo, lease_of
+from .types import Claim, ClaimBatch, FailOutcome, JobInfo, ProgressSink, lease_of
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -23,10 +24,10 @@ HandBack = Literal["released", "stale", "exhausted"]
 _HAND_BACK: dict[int, HandBack] = {0: "stale", 1: "released", 2: "exhausted"}
 
 
-def decode_batch(reply: list[Any]) -> ClaimBatch:
+def decode_batch(reply: list[Any], sink: ProgressSink | None = None) -> ClaimBatch:
     next_due = int(reply[1])
     return ClaimBatch(
-        claims=[Claim.from_reply(row) for row in reply[2:]],
+        claims=[Claim.from_reply(row, sink) for row in reply[2:]],
         server_now_ms=int(reply[0]),
         next_due_ms=None if next_due < 0 else next_due,
     )
@@ -136,7 +137,8 @@ class Jobs:
         """Lease up to ``count`` jobs in one call, each with its own token. Idempotent under
         its ``claim_id``: a re-run within ``min(lease_ms, 60 s)`` answers the jobs the
         first run leased rather than leasing more."""
-        return decode_batch(await self._run(*self.claim_call(worker_id, lease_ms, count, claim_id)))
+        reply = await self._run(*self.claim_call(worker_id, lease_ms, count, claim_id))
+        return decode_batch(reply, self)
 
     def claim_call(
         self, worker_id: str, lease_ms: int, count: int, claim_id: str | None = None
@@ -297,3 +299,17 @@ class Jobs:
             pipe.hgetall(self._keys.job(text(jid)))
         rows = await pipe.execute()
         return [JobInfo.from_hash(row, text(j)) for j, row in zip(ids, rows, strict=True) if row]
+
+    # Cancel, results and progress live in their own modules; these are their front doors.
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a waiting, scheduled or running job (:func:`echomq.cancel.cancel`)."""
+        return await cancel_job(self._q, job_id)
+
+    async def result(self, job_id: str, *, timeout_ms: int) -> JobInfo | None:
+        """The job once completed, dead or cancelled; None after ``timeout_ms``
+        (:func:`echomq.results.result`)."""
+        return await results.result(self._q, job_id, timeout_ms)
+
+    async def progress(self, job_id: str, token: int, value: Any) -> bool:
+        """A running job's progress under its token (:func:`echomq.results.progress`)."""
+        return await results.progress(self._q, job_id, token, value)

@@ -11,6 +11,10 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "new", "pending", "active", "scheduled", "dead", "counters", "events", "wake",
         "workers", "in_lanes", "foreign",
     ),
+    "cancel": (
+        "new", "ring", "pending", "active", "scheduled", "counters", "events", "in_lanes",
+        "foreign",
+    ),
     "complete": ("active", "completed", "counters", "refused", "events"),
     "discard": ("dead", "counters"),
     "enqueue": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
@@ -22,6 +26,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "wake", "workers", "in_lanes", "foreign",
     ),
     "lane_enqueue": ("new", "pending", "counters", "wake", "in_lanes", "foreign"),
+    "progress": ("refused", "events"),
     "promote": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
     "reap": (
         "new", "pending", "active", "scheduled", "dead", "counters", "events", "wake",

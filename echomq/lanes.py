@@ -247,7 +247,8 @@ class Lanes:
         """Lease up to ``count`` jobs in the order ``count`` single claims would take them;
         idempotent as :meth:`echomq.jobs.Jobs.claim_many` is."""
         return decode_batch(
-            await self._q.runner.run(*self.claim_call(worker_id, lease_ms, count, claim_id))
+            await self._q.runner.run(*self.claim_call(worker_id, lease_ms, count, claim_id)),
+            self._q.jobs,
         )
 
     def claim_call(

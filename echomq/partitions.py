@@ -105,6 +105,11 @@ class Partitioned:
         q = await self.find(job_id)
         return None if q is None else await q.jobs.get(job_id)
 
+    async def cancel(self, job_id: str) -> bool:
+        """``Jobs.cancel`` on the partition holding ``job_id``; False when none does."""
+        q = await self.find(job_id)
+        return False if q is None else await q.jobs.cancel(job_id)
+
     async def server_time_ms(self) -> int:
         """The first partition's server clock (a lease is judged on its own partition's)."""
         return await self.partitions[0].server_time_ms()

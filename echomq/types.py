@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Self, TypedDict
+from typing import Any, Literal, Protocol, Self, TypedDict
 
 from .checks import DEFAULT_MAX_ATTEMPTS
 from .codec import loads, number, text
 
-State = Literal["pending", "active", "scheduled", "completed", "dead"]
+State = Literal["pending", "active", "scheduled", "completed", "dead", "cancelled"]
+# The states a job never leaves (but by an operator's retry of a dead one).
+FINISHED: frozenset[State] = frozenset({"completed", "dead", "cancelled"})
 FailOutcome = Literal["scheduled", "dead", "stale"]
 
 # One shared, read-only empty mapping: a claim without headers costs no allocation.
@@ -48,6 +50,12 @@ class Token(int):
         return (Token, (int(self), self.lease))
 
 
+class ProgressSink(Protocol):
+    """Where a claim's progress goes: its queue's ``Jobs``."""
+
+    async def progress(self, job_id: str, token: int, value: Any) -> bool: ...
+
+
 def lease_of(token: int) -> str:
     """The lease id a token names ('' for a bare int)."""
     return token.lease if isinstance(token, Token) else ""
@@ -68,9 +76,20 @@ class Claim:
     enqueued_at_ms: int = 0
     stalls: int = 0  # deliveries whose holder was presumed dead: it may kill its worker
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
+    # The queue's jobs, for progress(): one reference, no copy per claim.
+    sink: ProgressSink | None = field(default=None, compare=False, repr=False)
+
+    async def progress(self, value: Any) -> bool:
+        """Record how far the handler got (a JSON value, at most
+        ``echomq.results.MAX_PROGRESS_BYTES``): shown as ``JobInfo.progress`` and appended
+        to the events stream as ``progress``. False when this claim no longer holds the job
+        (reclaimed or cancelled): nothing changed."""
+        if self.sink is None:
+            raise RuntimeError("this claim was not handed out by a queue: no progress to record")
+        return await self.sink.progress(self.job_id, self.token, value)
 
     @classmethod
-    def from_reply(cls, row: list[Any]) -> Claim:
+    def from_reply(cls, row: list[Any], sink: ProgressSink | None = None) -> Claim:
         lane = text(row[1])
         seq = text(row[5])
         return cls(
@@ -83,6 +102,7 @@ class Claim:
             enqueued_at_ms=number(row[6]),
             stalls=number(row[7]),
             headers=decode_headers(row[8]) if len(row) > 8 else NO_HEADERS,
+            sink=sink,
         )
 
 
@@ -122,6 +142,7 @@ class JobInfo:
     worker_id: str | None = None
     finished_at_ms: int | None = None
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
+    progress: Any = None  # the last value its handler reported (Claim.progress)
 
     @classmethod
     def from_hash(cls, row: dict[Any, Any], job_id: str = "") -> JobInfo:
@@ -150,6 +171,7 @@ class JobInfo:
             worker_id=g("worker") or None,
             finished_at_ms=int(done) if done else None,
             headers=decode_headers(g("headers")),
+            progress=loads(g("progress")) if g("progress") else None,
         )
 
 
@@ -170,6 +192,11 @@ class Event:
     @property
     def result(self) -> Any:
         return loads(self.fields.get("result"))
+
+    @property
+    def progress(self) -> Any:
+        """A ``progress`` event's value (None for other types)."""
+        return loads(self.fields.get("progress"))
 
 
 @dataclass(frozen=True, slots=True)

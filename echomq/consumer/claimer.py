@@ -183,7 +183,7 @@ class Claimer:
         claim_id = mint_claim_id() if ride else None
         woken = await self.park_until_woken(got, count, claim_id)
         if woken.reply is not None:
-            s.behind = (count, decode_batch(woken.reply))
+            s.behind = (count, decode_batch(woken.reply, self.c.queue.jobs))
         elif woken.lost:
             s.lost = (count, claim_id)
         s.probe_now = probing and not got.claims
