@@ -100,18 +100,20 @@ async def pause(seconds: float, stop: asyncio.Event) -> bool:
     return stop.is_set()
 
 
-async def _settle(
-    out: Submitted,
+async def _send(
     player: Player,
+    api: GameApi,
     ledger: Ledger,
     field: Field,
-    api: GameApi,
+    stop: asyncio.Event,
     round_id: str,
     guess: list[str],
-    stop: asyncio.Event,
-    sent_at: float | None = None,
-) -> None:
-    """Book a submission's outcome and do what a client must after a refusal."""
+    *,
+    patient: bool = True,
+) -> Submitted:
+    """Submit ``guess``, book its outcome and do what a client must after a refusal."""
+    sent_at = ledger.now()
+    out = await api.submit(player.token, round_id, guess, patient=patient)
     ledger.submitted[player.kind] += 1
     ledger.statuses[player.kind].update(out.statuses)
     if out.outcome == "accepted":
@@ -133,6 +135,7 @@ async def _settle(
     else:
         ledger.errors[player.kind] += 1
         await pause(ERROR_PAUSE_S, stop)
+    return out
 
 
 async def play_honest(
@@ -157,9 +160,7 @@ async def play_honest(
         if field.round_id != round_id:
             continue  # the round turned while we thought: start afresh
         guess = solver.next_guess()
-        sent_at = ledger.now()
-        out = await api.submit(player.token, round_id, guess)
-        await _settle(out, player, ledger, field, api, round_id, guess, stop, sent_at)
+        out = await _send(player, api, ledger, field, stop, round_id, guess)
         if out.outcome != "accepted" or out.job_id is None:
             continue
         waiting = asyncio.ensure_future(ledger.wait_score(out.job_id, SCORE_WAIT_S))
@@ -208,6 +209,4 @@ async def _mash(
                 return
         round_id = field.round_id
         guess = [rng.choice(field.palette) for _ in range(field.length)]
-        sent_at = ledger.now()
-        out = await api.submit(player.token, round_id, guess, patient=False)
-        await _settle(out, player, ledger, field, api, round_id, guess, stop, sent_at)
+        await _send(player, api, ledger, field, stop, round_id, guess, patient=False)
