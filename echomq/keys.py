@@ -34,6 +34,12 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "release": ("new", "pending", "active", "counters", "refused", "wake", "in_lanes", "foreign"),
     "retry_dead": ("new", "pending", "dead", "counters", "wake", "in_lanes", "foreign"),
+    "schedule_add": ("schedules", "sched_wake"),
+    "schedule_due": ("schedules",),
+    "schedule_pause": ("schedules",),
+    "schedule_remove": ("schedules",),
+    "schedule_resume": ("schedules", "sched_wake"),
+    "schedule_tick": ("new", "pending", "counters", "wake", "in_lanes", "foreign", "schedules"),
     "stats": (
         "new", "ring", "pending", "active", "scheduled", "completed", "dead", "counters",
         "refused", "in_lanes",
@@ -132,6 +138,19 @@ class Keys:
     @property
     def replicated(self) -> str:
         return f"{self.prefix}replicated"
+
+    def schedule(self, name: str) -> str:
+        return f"{self.prefix}schedule:{name}"
+
+    @property
+    def schedules(self) -> str:
+        # Every schedule's name, scored by its next due time (+inf while paused).
+        return f"{self.prefix}schedules"
+
+    @property
+    def sched_wake(self) -> str:
+        # The schedulers' wake list: a new or resumed schedule may be due sooner.
+        return f"{self.prefix}schedwake"
 
     @property
     def wake(self) -> str:

@@ -14,6 +14,7 @@ from .hooks import Hooks, checked, enqueue_headers
 from .jobs import Jobs
 from .keys import Keys
 from .lanes import Lanes
+from .schedules import Schedules
 from .scripts import SCRIPTS, Arg, Runner, Script
 from .settings import Settings
 from .stalled import Stalled
@@ -53,6 +54,7 @@ class Queue:
         self.jobs = Jobs(self)
         self.lanes = Lanes(self)
         self.stalled = Stalled(self)
+        self.schedules = Schedules(self)
         self.events = Events(self)
 
     def using(self, conn: Any) -> Queue:

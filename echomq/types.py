@@ -143,6 +143,8 @@ class JobInfo:
     finished_at_ms: int | None = None
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
     progress: Any = None  # the last value its handler reported (Claim.progress)
+    # The tick a schedule enqueued this job for (server clock); None for any other job.
+    scheduled_for_ms: int | None = None
 
     @classmethod
     def from_hash(cls, row: dict[Any, Any], job_id: str = "") -> JobInfo:
@@ -172,6 +174,7 @@ class JobInfo:
             finished_at_ms=int(done) if done else None,
             headers=decode_headers(g("headers")),
             progress=loads(g("progress")) if g("progress") else None,
+            scheduled_for_ms=int(g("tick")) if g("tick") else None,
         )
 
 

@@ -25,6 +25,7 @@ from .outcomes import Counts, HandlerCancelled, Outcomes, ResultNotEncodable, Ti
 from .park import Park
 from .reaper import Reaper, seats
 from .running import await_handler
+from .scheduler import Scheduler
 from .waits import every, until
 
 log = logging.getLogger("echomq.consumer")
@@ -194,6 +195,10 @@ class Consumer:
         if owns_reaper:
             reaper = Reaper(self.queue, o, self._closing, self._kick)
             background.append(asyncio.create_task(reaper.run(), name="reaper"))
+            # The queue's schedules run beside its reaper: one scheduler per queue per loop.
+            background.append(
+                asyncio.create_task(Scheduler(self.queue, o, self._closing).run(), name="scheduler")
+            )
         runners = [
             asyncio.create_task(self._run_slot(), name=f"slot-{i}") for i in range(o.concurrency)
         ]

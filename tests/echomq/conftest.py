@@ -18,6 +18,7 @@ PER_BACKEND = {
     "tests.echomq.test_fair_order",
     "tests.echomq.test_faults",
     "tests.echomq.test_reaper_lock",
+    "tests.echomq.test_schedules",
 }
 _SINGLE_ONLY = {"valkey_url", "valkey_server"}
 
