@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Row, Select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 
 def upsert_insert(conn: AsyncConnection, table: Any) -> Any:
@@ -27,6 +28,14 @@ def upsert_insert(conn: AsyncConnection, table: Any) -> Any:
 
         return sqlite.insert(table)
     raise NotImplementedError(f"the durable floor supports sqlite and postgresql, not {name}")
+
+
+async def first_row(
+    engine: AsyncEngine, stmt: Select[*tuple[Any, ...]]
+) -> Row[*tuple[Any, ...]] | None:
+    """The first row ``stmt`` selects, or None, on a connection of its own."""
+    async with engine.connect() as conn:
+        return (await conn.execute(stmt)).first()
 
 
 def dump_list(items: Sequence[str]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from codemojex.store._sql import upsert_insert
+from codemojex.store._sql import first_row, upsert_insert
 from codemojex.store.models import DeadJobRow
 from codemojex.store.records import DeadJob
 
@@ -124,8 +124,7 @@ async def list_dead(
 
 async def get_dead(engine: AsyncEngine, job_id: str) -> DeadJob | None:
     """The row for ``job_id`` in any state (check ``retried_at_ms`` / ``discarded``)."""
-    async with engine.connect() as conn:
-        row = (await conn.execute(select(DeadJobRow).where(DeadJobRow.job_id == job_id))).first()
+    row = await first_row(engine, select(DeadJobRow).where(DeadJobRow.job_id == job_id))
     return _dead(row) if row is not None else None
 
 

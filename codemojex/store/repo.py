@@ -10,10 +10,10 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, case, insert, select
+from sqlalchemy import case, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from codemojex.store._sql import dump_list, load_list, upsert_insert
+from codemojex.store._sql import dump_list, first_row, load_list, upsert_insert
 from codemojex.store.models import PlayerRow, RoundPointsRow, RoundRow, TotalRow
 from codemojex.store.records import Player, Round
 from codemojex.views import Solver, Standing
@@ -71,21 +71,14 @@ async def create_player(
     return player
 
 
-async def _first_row(
-    engine: AsyncEngine, stmt: Select[*tuple[Any, ...]]
-) -> Row[*tuple[Any, ...]] | None:
-    async with engine.connect() as conn:
-        return (await conn.execute(stmt)).first()
-
-
 async def get_player(engine: AsyncEngine, player_id: str) -> Player | None:
-    row = await _first_row(engine, select(PlayerRow).where(PlayerRow.player_id == player_id))
+    row = await first_row(engine, select(PlayerRow).where(PlayerRow.player_id == player_id))
     return _player(row) if row is not None else None
 
 
 async def player_by_token_hash(engine: AsyncEngine, token_hash: str) -> Player | None:
     """The player whose token hashes to ``token_hash`` (see :func:`hash_token`), if any."""
-    row = await _first_row(engine, select(PlayerRow).where(PlayerRow.token_hash == token_hash))
+    row = await first_row(engine, select(PlayerRow).where(PlayerRow.token_hash == token_hash))
     return _player(row) if row is not None else None
 
 
@@ -138,13 +131,13 @@ async def save_round(engine: AsyncEngine, rnd: Round) -> bool:
 
 
 async def get_round(engine: AsyncEngine, round_id: str) -> Round | None:
-    row = await _first_row(engine, select(RoundRow).where(RoundRow.round_id == round_id))
+    row = await first_row(engine, select(RoundRow).where(RoundRow.round_id == round_id))
     return _round(row) if row is not None else None
 
 
 async def latest_round(engine: AsyncEngine) -> Round | None:
     """The round that opened last (ties: the greater id, i.e. the later minted)."""
-    row = await _first_row(
+    row = await first_row(
         engine,
         select(RoundRow).order_by(RoundRow.opens_at_ms.desc(), RoundRow.round_id.desc()).limit(1),
     )

@@ -32,7 +32,7 @@ from sqlalchemy import delete, false, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from codemojex.store._sql import dump_list, load_list
+from codemojex.store._sql import dump_list, first_row, load_list
 from codemojex.store._sqlite_writer import writer_lock
 from codemojex.store.models import ScoreRow
 from codemojex.store.records import ScoreRecord
@@ -381,8 +381,7 @@ def _statements(dialect: str) -> _Statements:
 
 async def score_by_job(engine: AsyncEngine, job_id: str) -> ScoreRecord | None:
     """The score written for ``job_id``, if it has been scored."""
-    async with engine.connect() as conn:
-        row = (await conn.execute(select(ScoreRow).where(ScoreRow.job_id == job_id))).first()
+    row = await first_row(engine, select(ScoreRow).where(ScoreRow.job_id == job_id))
     return _score(row) if row is not None else None
 
 
