@@ -12,8 +12,8 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "workers", "in_lanes", "foreign",
     ),
     "cancel": (
-        "new", "ring", "pending", "active", "scheduled", "counters", "events", "in_lanes",
-        "foreign",
+        "new", "ring", "pending", "active", "scheduled", "cancelled", "counters", "events",
+        "in_lanes", "foreign",
     ),
     "complete": ("active", "completed", "counters", "refused", "events"),
     "discard": ("dead", "counters"),
@@ -122,6 +122,10 @@ class Keys:
     @property
     def dead(self) -> str:
         return f"{self.prefix}dead"
+
+    @property
+    def cancelled(self) -> str:
+        return f"{self.prefix}cancelled"
 
     @property
     def counters(self) -> str:

@@ -1,5 +1,6 @@
 """``LeaseKeeper``: renews the leases a consumer holds in one pipelined call; a refused
-extend loses the claim, and its handler is cancelled so a stale attempt's effects stop."""
+extend loses the claim (reclaimed, or its job cancelled: either way no longer active), and
+its handler is cancelled so a stale attempt's effects stop and no outcome is recorded."""
 
 from __future__ import annotations
 
@@ -47,4 +48,7 @@ class LeaseKeeper:
                 and self.tracker.get(key_of(record.claim)) is record
             ):
                 self.on_lost(record)
-                log.warning("lease of %s lost; handler cancelled", record.claim.job_id)
+                log.warning(
+                    "lease of %s lost (reclaimed or cancelled); handler cancelled",
+                    record.claim.job_id,
+                )

@@ -10,7 +10,9 @@
 
   A running job's holder is told by the fence: its complete, fail, extend, release or
   progress finds the job no longer active and is refused (its consumer's next lease renewal
-  cancels the handler). The row is kept for get() and result() for `keep_ms`, then expires.
+  cancels the handler). A cancelled job's location is the `cancelled` set (score: when),
+  kept as completed rows are: each cancel trims up to TRIM_BATCH of the oldest rows beyond
+  `keep_count` or older than `keep_ms`, so memory stays bounded and no call does more.
 
   KEYS[1]  prefix   "emq:{q}:"   (lane:<name>, open:<name>, wjobs:<id> are built from it)
   KEYS[2]  job      hash
@@ -18,13 +20,14 @@
 
   ARGV[1]  job id
   ARGV[2]  events_maxlen
-  ARGV[3]  keep_ms        how long the cancelled row is kept
+  ARGV[3]  keep_count     cancelled rows retained (Settings.keep_completed)
+  ARGV[4]  keep_age_ms    cancelled rows older than this are trimmed (keep_completed_ms)
 
   Returns  1 cancelled | 0 nothing changed (no such job, finished, dead or cancelled)
   Events   cancelled {job_id, lane, was}  (was: the state it left)
 ]]
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
-local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_COUNTERS, K_EVENTS, K_INLANES, K_FOREIGN = unpack(KEYS, 3, 11)
+local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_CANCELLED, K_COUNTERS, K_EVENTS, K_INLANES, K_FOREIGN = unpack(KEYS, 3, 12)
 --@include common
 
 local id, jk = ARGV[1], KEYS[2]
@@ -63,7 +66,21 @@ else
   unload(id, jk, lane)
 end
 redis.call('HSET', jk, 'state', 'cancelled', 'done', now)
-redis.call('PEXPIRE', jk, ARGV[3])
+redis.call('ZADD', K_CANCELLED, now, id)
 redis.call('HINCRBY', K_COUNTERS, 'cancelled', 1)
 emit(ARGV[2], 'type', 'cancelled', 'job_id', id, 'lane', lane, 'was', state)
+
+local TRIM_BATCH = 8
+local old = redis.call('ZRANGEBYSCORE', K_CANCELLED, '-inf', now - tonumber(ARGV[4]),
+  'LIMIT', 0, TRIM_BATCH)
+local excess = redis.call('ZCARD', K_CANCELLED) - tonumber(ARGV[3])
+if excess > #old then
+  -- the oldest `excess` rows include every aged one: both sets start at the low end
+  old = redis.call('ZRANGE', K_CANCELLED, 0, math.min(excess, TRIM_BATCH) - 1)
+end
+if #old > 0 then
+  redis.call('ZREM', K_CANCELLED, unpack(old))
+  for i, gone in ipairs(old) do old[i] = job_key(gone) end
+  redis.call('DEL', unpack(old))
+end
 return 1

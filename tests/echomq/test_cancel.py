@@ -10,6 +10,7 @@ import pytest
 
 import echomq
 from echomq.partitions import Partitioned
+from echomq.settings import Settings
 from tests.echomq.conftest import locations
 
 pytestmark = pytest.mark.parametrize("valkey_backend", ["single", "cluster"], indirect=True)
@@ -22,7 +23,8 @@ async def _cancelled_once(q: echomq.Queue, job_id: str) -> None:
     assert await q.jobs.cancel(job_id) is False  # already cancelled: counted once
     info = await q.jobs.get(job_id)
     assert info is not None and info.state == "cancelled" and info.finished_at_ms
-    assert await locations(q, job_id) == []
+    assert await locations(q, job_id) == []  # in none of the other locations
+    assert await q.conn.zscore(q.keys.cancelled, job_id) == info.finished_at_ms
     events = [e for e in await q.events.since("0-0") if e.job_id == job_id]
     assert [e.type for e in events if e.type == "cancelled"] == ["cancelled"]
 
@@ -161,3 +163,16 @@ async def test_a_partitioned_queues_job_is_cancelled_where_it_lives(
     assert await pq.cancel("JOB_NOPE") is False
     stats = await pq.stats()
     assert stats["pending"] == 0 and stats["counters"]["cancelled"] == 8
+
+
+async def test_cancelled_rows_are_retained_as_completed_ones_are(
+    redis_conn: Any, queue_name: str
+) -> None:
+    q = echomq.Queue(redis_conn, queue_name, Settings(keep_completed=3))
+    ids = [await q.jobs.enqueue(i) for i in range(6)]
+    for jid in ids:
+        assert await q.jobs.cancel(jid)
+    kept = [k.decode() for k in await q.conn.zrange(q.keys.cancelled, 0, -1)]
+    assert kept == ids[3:]
+    assert [await q.jobs.get(j) is None for j in ids] == [True] * 3 + [False] * 3
+    assert (await q.stats())["counters"]["cancelled"] == 6
