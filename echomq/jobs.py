@@ -48,6 +48,23 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
 # up to ~10 s), at most the lease: after it the jobs are the reaper's.
 CLAIM_MEMO_MS = 60_000
 COMPLETE_CHUNK = 256  # jobs per complete call: no one call holds the server for long
+ENQUEUE_CHUNK = 1_000  # jobs per enqueue_many call: bounded work per script call
+
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+
+
+def check_priority(priority: Any) -> int:
+    """A priority: an ``int`` in ``[-1000, 1000]``; higher is claimed first."""
+    return checks.integer("priority", priority, at_least=PRIORITY_MIN, at_most=PRIORITY_MAX)
+
+
+def check_due(delay_ms: Any, run_at_ms: Any) -> tuple[int, int]:
+    """``(delay_ms, run_at_ms or 0)`` checked: both on the server clock, never both given."""
+    checks.integer("delay_ms", delay_ms, at_least=0)
+    checks.optional_integer("run_at_ms", run_at_ms, at_least=0)
+    if run_at_ms is not None and delay_ms:
+        raise ValueError("give delay_ms or run_at_ms, not both")
+    return delay_ms, run_at_ms or 0
 
 
 def mint_claim_id() -> str:
@@ -83,14 +100,15 @@ def enqueue_call(
     delay_ms: int = 0,
     attempts: int = 0,
     headers: bytes | str = "",
+    priority: int = 0,
+    run_at_ms: int = 0,
 ) -> Call:
     """The ``enqueue.lua`` call :meth:`Jobs.enqueue` sends (arguments checked and encoded),
     for a caller that pipelines its own."""
-    return (
-        SCRIPTS["enqueue"],
-        keys.script_keys("enqueue", keys.job(job_id)),
-        [job_id, body, max_attempts, delay_ms, attempts, headers],
-    )
+    args: list[str | int | bytes] = [job_id, body, max_attempts, delay_ms, attempts, headers]
+    if priority or run_at_ms:  # the usual call sends nothing for what it does not use
+        args += [priority, run_at_ms]
+    return SCRIPTS["enqueue"], keys.script_keys("enqueue", keys.job(job_id)), args
 
 
 class Jobs:
@@ -108,26 +126,95 @@ class Jobs:
         delay_ms: int = 0,
         attempts: int = 0,
         headers: Mapping[str, str] | None = None,
+        priority: int = 0,
+        run_at_ms: int | None = None,
     ) -> str:
-        """Append to the plain queue (or schedule after ``delay_ms`` on the server clock).
-        An id that already exists is a no-op returning that id. ``attempts`` seeds the
-        fencing token (a job revived from elsewhere). ``headers`` (str -> str) come back
-        as ``Claim.headers``."""
+        """Append to the plain queue, or schedule it: after ``delay_ms``, or at
+        ``run_at_ms`` (epoch ms; not both), both on the server clock (a time already past
+        is now). An id that already exists is a no-op returning that id. ``attempts``
+        seeds the fencing token (a job revived from elsewhere). ``headers`` (str -> str)
+        come back as ``Claim.headers``.
+
+        ``priority`` (-1000…1000): higher is claimed first, FIFO among equals; a retried,
+        reaped or released job goes back with its priority. Priority is strict: a job
+        waits while any job of higher priority is pending, so its wait is bounded only by
+        the higher-priority work enqueued ahead of it (use lanes to bound it per sender).
+        """
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
-        checks.integer("delay_ms", delay_ms, at_least=0)
+        delay_ms, run_at = check_due(delay_ms, run_at_ms)
+        check_priority(priority)
         checks.attempts(attempts)
         encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
         body = dumps(payload)  # TypeError for a payload JSON cannot carry
         jid = job_id or mint_job_id()
         reply, acked = await self._q.enqueue_call(
-            *enqueue_call(self._keys, jid, body, max_attempts, delay_ms, attempts, encoded_headers)
+            *enqueue_call(
+                self._keys,
+                jid,
+                body,
+                max_attempts,
+                delay_ms,
+                attempts,
+                encoded_headers,
+                priority,
+                run_at,
+            )
         )
         self._q.confirm(text(reply[1]), acked)
         return text(reply[1])
 
+    async def enqueue_many(
+        self,
+        payloads: Sequence[Any],
+        *,
+        job_ids: Sequence[str] | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_ms: int = 0,
+        run_at_ms: int | None = None,
+        priority: int = 0,
+        headers: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Enqueue every payload with the same options (as :meth:`enqueue`), in one script
+        call per ``ENQUEUE_CHUNK`` jobs, each call atomic: all its jobs land or none. The
+        ids, in order (``job_ids`` names them; an id that exists is a no-op)."""
+        if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
+            raise TypeError(f"payloads must be a sequence, got {type(payloads).__name__}")
+        if job_ids is not None:
+            if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
+                raise TypeError(f"job_ids must be a sequence, got {type(job_ids).__name__}")
+            if len(job_ids) != len(payloads):
+                raise ValueError("job_ids must name one id per payload")
+            for jid in job_ids:
+                checks.name("job_id", jid)
+        checks.integer("max_attempts", max_attempts, at_least=1)
+        delay_ms, run_at = check_due(delay_ms, run_at_ms)
+        check_priority(priority)
+        encoded_headers = encode_headers(self._q.enqueue_headers(headers))  # hooks first
+        bodies = [dumps(p) for p in payloads]  # TypeError before anything is sent
+        ids = list(job_ids) if job_ids is not None else [mint_job_id() for _ in bodies]
+        if not ids:
+            return []
+        head: list[str | int | bytes] = [max_attempts, delay_ms, run_at, priority, encoded_headers]
+        calls: list[Call] = []
+        for lo in range(0, len(ids), ENQUEUE_CHUNK):
+            chunk = range(lo, min(lo + ENQUEUE_CHUNK, len(ids)))
+            args = list(head)
+            for i in chunk:
+                args += [ids[i], bodies[i]]
+            keys = self._keys.script_keys("enqueue_many", *[self._keys.job(ids[i]) for i in chunk])
+            calls.append((SCRIPTS["enqueue_many"], keys, args))
+        if self._q.settings.replicas:
+            for call in calls:  # each call waits for its replicas, as enqueue does
+                _, acked = await self._q.enqueue_call(*call)
+                self._q.confirm(ids[0], acked)
+        else:
+            await self._q.runner.run_many(calls)
+        return ids
+
     async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:
-        """Lease the oldest pending job (ZPOPMIN) until server TIME + ``lease_ms``."""
+        """Lease the first pending job (ZPOPMIN: highest priority, then oldest) until
+        server TIME + ``lease_ms``; None when none is pending or the queue is paused."""
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 

@@ -9,23 +9,25 @@ from dataclasses import dataclass
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "claim": (
         "new", "pending", "active", "scheduled", "dead", "counters", "events", "wake",
-        "workers", "in_lanes", "foreign",
+        "workers", "in_lanes", "foreign", "paused",
     ),
     "cancel": (
-        "new", "ring", "pending", "active", "scheduled", "cancelled", "counters", "events",
-        "in_lanes", "foreign",
+        "new", "ring", "pending", "active", "scheduled", "counters", "events", "in_lanes",
+        "foreign",
     ),
     "complete": ("active", "completed", "counters", "refused", "events"),
     "discard": ("dead", "counters"),
     "enqueue": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
+    "enqueue_many": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
     "extend": ("active", "refused"),
     "fail": ("active", "scheduled", "dead", "counters", "refused", "events", "wake"),
     "heartbeat": ("active", "counters", "events", "workers", "swept"),
     "lane_claim": (
         "new", "ring", "owed", "pending", "active", "scheduled", "dead", "counters", "events",
-        "wake", "workers", "in_lanes", "foreign",
+        "wake", "workers", "in_lanes", "foreign", "paused",
     ),
-    "lane_enqueue": ("new", "pending", "counters", "wake", "in_lanes", "foreign"),
+    "lane_enqueue": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
+    "pause": ("paused", "counters"),
     "progress": ("refused", "events"),
     "promote": ("new", "pending", "scheduled", "counters", "wake", "in_lanes", "foreign"),
     "reap": (
@@ -33,6 +35,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "workers", "in_lanes", "swept", "reaper", "foreign",
     ),
     "release": ("new", "pending", "active", "counters", "refused", "wake", "in_lanes", "foreign"),
+    "resume": ("paused", "counters", "wake"),
     "retry_dead": ("new", "pending", "dead", "counters", "wake", "in_lanes", "foreign"),
     "schedule_add": ("schedules", "sched_wake"),
     "schedule_due": ("schedules",),
@@ -42,7 +45,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "schedule_tick": ("new", "pending", "counters", "wake", "in_lanes", "foreign", "schedules"),
     "stats": (
         "new", "ring", "pending", "active", "scheduled", "completed", "dead", "counters",
-        "refused", "in_lanes",
+        "refused", "in_lanes", "paused",
     ),
     "unfinished": ("foreign",),
     "unregister": ("workers", "reaper"),
@@ -124,10 +127,6 @@ class Keys:
         return f"{self.prefix}dead"
 
     @property
-    def cancelled(self) -> str:
-        return f"{self.prefix}cancelled"
-
-    @property
     def counters(self) -> str:
         return f"{self.prefix}counters"
 
@@ -155,6 +154,11 @@ class Keys:
     def sched_wake(self) -> str:
         # The schedulers' wake list: a new or resumed schedule may be due sooner.
         return f"{self.prefix}schedwake"
+
+    @property
+    def paused(self) -> str:
+        # Present while the queue is paused: claims hand out nothing.
+        return f"{self.prefix}paused"
 
     @property
     def wake(self) -> str:

@@ -11,7 +11,7 @@ from .checks import DEFAULT_MAX_ATTEMPTS
 from .codec import dumps, text
 from .codes import refuse
 from .ids import job_id as mint_job_id
-from .jobs import claim_args, claim_keys, decode_batch, encode_headers
+from .jobs import check_due, check_priority, claim_args, claim_keys, decode_batch, encode_headers
 from .keys import Keys
 from .scripts import SCRIPTS, Call
 from .types import Claim, ClaimBatch, Enqueued, JobInfo
@@ -63,11 +63,17 @@ def lane_enqueue_call(
     rate_per_s: float = 0,
     rate_burst: int = 0,
     headers: bytes | str = "",
+    priority: int = 0,
+    delay_ms: int = 0,
+    run_at_ms: int = 0,
 ) -> Call:
     """The ``lane_enqueue.lua`` call :meth:`Lanes.submit` sends (arguments checked and
     encoded), for a caller that pipelines its own."""
     dedup_key, fingerprint, dedup_ttl_ms = dedup
     subject = load_subject or lane
+    timing: list[int] = []
+    if priority or delay_ms or run_at_ms:  # the usual call sends nothing for what it does not use
+        timing = [priority, delay_ms, run_at_ms]
     return (
         SCRIPTS["lane_enqueue"],
         keys.script_keys(
@@ -96,6 +102,7 @@ def lane_enqueue_call(
             repr(rate_per_s) if rate_per_s else 0,
             rate_burst if rate_per_s else 0,
             headers,
+            *timing,
         ],
     )
 
@@ -113,14 +120,24 @@ class Lanes:
         job_id: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         headers: Mapping[str, str] | None = None,
+        priority: int = 0,
+        delay_ms: int = 0,
+        run_at_ms: int | None = None,
     ) -> str:
         """Append to ``lane``; an id that already exists is a no-op returning that id.
-        ``headers``: as for :meth:`submit`."""
+        ``headers``, ``priority``, ``delay_ms``, ``run_at_ms``: as for :meth:`submit`."""
         checks.name("lane", lane)
         checks.optional_name("job_id", job_id)
         checks.integer("max_attempts", max_attempts, at_least=1)
         receipt = await self.submit(
-            lane, payload, job_id=job_id, max_attempts=max_attempts, headers=headers
+            lane,
+            payload,
+            job_id=job_id,
+            max_attempts=max_attempts,
+            headers=headers,
+            priority=priority,
+            delay_ms=delay_ms,
+            run_at_ms=run_at_ms,
         )
         return receipt.job_id
 
@@ -141,6 +158,9 @@ class Lanes:
         rate_per_s: float = 0,
         rate_burst: int = 0,
         headers: Mapping[str, str] | None = None,
+        priority: int = 0,
+        delay_ms: int = 0,
+        run_at_ms: int | None = None,
     ) -> Enqueued:
         """Enqueue with admission checks, all in the one script that enqueues (one round
         trip), in this order and all before its first write, so a refused call changes
@@ -164,6 +184,17 @@ class Lanes:
 
         ``headers``: str -> str handed back as ``Claim.headers``; a replay keeps the
         original job's.
+
+        ``priority`` (-1000…1000): within the lane, higher is claimed first, FIFO among
+        equals; the lane itself keeps its one fair turn among lanes, so priority never
+        lets a lane starve another. Starvation rule: a job waits while its own lane holds
+        jobs of higher priority (strict, within the lane only); the lane is still claimed
+        at least once every 2N claims of N non-empty lanes. A retried, reaped or released
+        job goes back with its priority.
+
+        ``delay_ms`` / ``run_at_ms`` (epoch ms; not both), on the server clock: the job
+        waits in ``scheduled`` and enters its lane when due, activating the lane as an
+        arriving job does. It counts against ``max_pending`` while it waits.
         """
         # Admission arguments answer ValueError for a wrong type too: one thing to catch.
         checks.name("lane", lane)
@@ -176,6 +207,8 @@ class Lanes:
             raise ValueError(f"rate_subject must be a str or None, got {rate_subject!r}")
         _non_negative_int("max_pending", max_pending)
         _non_negative_int("deadline_ms", deadline_ms)
+        delay_ms, run_at = check_due(delay_ms, run_at_ms)
+        check_priority(priority)
         if load_subject is not None and (not isinstance(load_subject, str) or not load_subject):
             raise ValueError("load_subject must be a non-empty string or None")
         fingerprint, dedup_key, dedup_ttl_ms = "", "", 0
@@ -218,6 +251,9 @@ class Lanes:
                 rate_per_s=rate,
                 rate_burst=rate_burst,
                 headers=encoded_headers,
+                priority=priority,
+                delay_ms=delay_ms,
+                run_at_ms=run_at,
             )
         )
         code = int(reply[0])
@@ -237,7 +273,8 @@ class Lanes:
         return Enqueued(text(reply[1]), None if seq < 0 else seq, code == 1)
 
     async def claim(self, worker_id: str, lease_ms: int) -> Claim | None:
-        """Lease the oldest job of the next lane in fair order."""
+        """Lease the first job (highest priority, then oldest) of the next lane in fair
+        order; None when no lane holds a job or the queue is paused."""
         batch = await self.claim_many(worker_id, lease_ms, 1)
         return batch.claims[0] if batch.claims else None
 

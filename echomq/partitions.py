@@ -147,6 +147,7 @@ class Partitioned:
             "completed": sum(s["completed"] for s in each),
             "dead": sum(s["dead"] for s in each),
             "lane_count": sum(s["lane_count"] for s in each),
+            "paused": any(s["paused"] for s in each),
             "lanes": lanes,
             "counters": counters,
             "refused": refused,

@@ -111,7 +111,21 @@ class Queue:
             "refused": refused,
             "server_now_ms": int(r[8]),
             "lane_count": int(r[9]),
+            "paused": bool(int(r[10])),
         }
+
+    async def pause(self) -> bool:
+        """Stop claims handing out jobs (plain and lanes, batches too) until :meth:`resume`;
+        enqueues still land, due jobs wait. Parked consumers stay parked, sending nothing
+        more than idle ones do. True when this call paused the queue."""
+        r = await self.runner.run(SCRIPTS["pause"], self.keys.script_keys("pause"), [])
+        return bool(int(r))
+
+    async def resume(self) -> bool:
+        """Let claims hand out jobs again and wake the parked consumers (within one wake).
+        True when the queue was paused."""
+        r = await self.runner.run(SCRIPTS["resume"], self.keys.script_keys("resume"), [])
+        return bool(int(r))
 
     async def promote(self, limit: int = 100) -> int:
         """Move due scheduled jobs back to their lanes now; returns how many moved."""

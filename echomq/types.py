@@ -267,3 +267,4 @@ class QueueStats(TypedDict):
     refused: dict[str, int]  # stale calls refused, by operation
     server_now_ms: int
     lane_count: int  # every non-empty lane
+    paused: bool  # Queue.pause: claims hand out nothing until Queue.resume

@@ -1,4 +1,6 @@
---[[ claim: lease up to N of the oldest pending jobs of the plain queue (Jobs.claim).
+--[[ claim: lease up to N pending jobs of the plain queue, highest priority first and
+  oldest first among equals (Jobs.claim). While the queue is paused: nothing, and no due
+  time (-1), so the caller parks until resume's wake.
 
   KEYS[1]  prefix   "emq:{q}:"   (lane:<name>, job:<id> are built from it: named by data)
   KEYS[2]  held     set      the worker's job set (wjobs:<worker id>)
@@ -24,7 +26,7 @@
 ]]
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
 local K_HELD, K_HOLDER, K_MEMO = KEYS[2], KEYS[3], KEYS[4]
-local K_NEW, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_FOREIGN = unpack(KEYS, 5, 15)
+local K_NEW, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_FOREIGN, K_PAUSED = unpack(KEYS, 5, 16)
 --@include common
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -40,6 +42,7 @@ if replayed then
   redis.call('HINCRBY', K_COUNTERS, 'replayed', 1)
   return out
 end
+if paused() then return {now, -1} end
 promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}

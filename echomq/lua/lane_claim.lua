@@ -3,7 +3,8 @@
   Two lists hold exactly the non-empty lanes, each lane in one of them, once:
     new   lanes activated by a job arriving while they were empty (place(), common.lua)
     ring  lanes still non-empty after a claim, served round-robin
-  Each step takes one lane and leases its oldest job: from `new` first (sparse lanes
+  Each step takes one lane and leases its first job (its highest priority, the oldest
+  among equals: a lane's score is -priority, its members mint-ordered ids): from `new` first (sparse lanes
   first, as fq_codel / DRR++ serve new flows), except that right after a step served
   `new` the next step serves the ring when it has a lane, so the two alternate while
   both are non-empty. A lane that still has jobs after its step joins the ring's tail;
@@ -46,7 +47,7 @@
 ]]
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
 local K_HELD, K_HOLDER, K_MEMO = KEYS[2], KEYS[3], KEYS[4]
-local K_NEW, K_RING, K_OWED, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_FOREIGN = unpack(KEYS, 5, 17)
+local K_NEW, K_RING, K_OWED, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_WAKE, K_WORKERS, K_INLANES, K_FOREIGN, K_PAUSED = unpack(KEYS, 5, 18)
 --@include common
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -62,6 +63,7 @@ if replayed then
   redis.call('HINCRBY', K_COUNTERS, 'replayed', 1)
   return out
 end
+if paused() then return {now, -1} end  -- nothing, and no due time to wake for (claim.lua)
 promote(now, tonumber(ARGV[4]))
 
 local out = {now, next_due()}
@@ -138,8 +140,8 @@ while #visits < count do
   owed = fresh
 end
 
--- The steps' writes, once per structure. The oldest jobs of each lane served, in the
--- order its steps took them.
+-- The steps' writes, once per structure. The first jobs of each lane served (highest
+-- priority, then oldest), in the order its steps took them.
 local popped = {}
 for _, lane in ipairs(served) do
   popped[lane] = redis.call('ZPOPMIN', lane_key(lane), took[lane])

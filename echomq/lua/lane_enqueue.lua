@@ -42,6 +42,10 @@
   ARGV[14] burst            bucket size (whole tokens, >= 1 when rate > 0)
   ARGV[15] headers          opaque string (a JSON object of str -> str, e.g. a traceparent)
                             kept on the row as `headers`; '' (or absent) = none: no field written
+  ARGV[16] priority         -1000..1000, higher first within the lane (absent = 0); kept as `pri`
+  ARGV[17] delay_ms         > 0: wait in `scheduled` until server now + delay, then enter
+                            the lane as an arriving job does (absent = 0: now)
+  ARGV[18] run_at_ms        due at this server time instead (absent or 0 = use delay_ms)
 
   Returns  {1, id, seq}     created (seq = -1 without use_seq)
            {0, id, seq}     the id exists, or the dedup key is bound with the same
@@ -52,7 +56,7 @@
            {-4, retry_ms}   rate limited, a token is due in retry_ms: nothing changed
 ]]
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
-local K_NEW, K_PENDING, K_COUNTERS, K_WAKE, K_INLANES, K_FOREIGN = unpack(KEYS, 9, 14)
+local K_NEW, K_PENDING, K_SCHEDULED, K_COUNTERS, K_WAKE, K_INLANES, K_FOREIGN = unpack(KEYS, 9, 15)
 --@include common
 --@include bucket
 
@@ -123,6 +127,15 @@ end
 if subject ~= lane then
   put(row, 'load', subject)
 end
+local pri = tonumber(ARGV[16] or '0')
+if pri ~= 0 then
+  put(row, 'pri', pri)
+end
+local due = due_at(now, tonumber(ARGV[17] or '0'), tonumber(ARGV[18] or '0'))
+if due > 0 then
+  put(row, 'state', 'scheduled')
+  put(row, 'due', due)
+end
 redis.call('HSET', jk, unpack(row))
 if fp ~= '' then
   redis.call('HSET', KEYS[5], 'job', id, 'fp', fp, 'seq', seq)
@@ -134,5 +147,14 @@ if subject ~= lane then
   redis.call('ZADD', KEYS[7], now, id)
 end
 redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
-place(id, lane, true, subject ~= lane)
+if due > 0 then
+  if subject == lane then
+    -- a scheduled job of its lane's own stands in the open index until it enters the lane
+    redis.call('ZADD', KEYS[7], now, id)
+  end
+  redis.call('ZADD', K_SCHEDULED, due, id)
+  wake()  -- a parked consumer must shorten its sleep to the new due time
+else
+  place(id, lane, true, subject ~= lane, pri)
+end
 return {1, id, seq}

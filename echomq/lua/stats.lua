@@ -10,10 +10,10 @@
 
   Returns  {pending (plain + lanes), active, scheduled, completed, dead,
             {lane, depth, ...}, {counter, value, ...}, {refused_op, n, ...}, server_now,
-            non-empty lanes}
+            non-empty lanes, paused (1 | 0)}
 ]]
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
-local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_COMPLETED, K_DEAD, K_COUNTERS, K_REFUSED, K_INLANES = unpack(KEYS, 2, 11)
+local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_COMPLETED, K_DEAD, K_COUNTERS, K_REFUSED, K_INLANES, K_PAUSED = unpack(KEYS, 2, 12)
 --@include common
 
 -- The non-empty lanes are exactly those in `new` and the ring, each once: activations
@@ -40,4 +40,5 @@ return {
   redis.call('HGETALL', K_REFUSED),
   server_now(),
   redis.call('LLEN', K_NEW) + redis.call('LLEN', K_RING),
+  redis.call('EXISTS', K_PAUSED),
 }

@@ -79,10 +79,18 @@ end
 -- index yet). `load`: the row's `load` (false: none; the lane is its subject).
 -- A job of its lane's own leaves the open index, which its lane now stands in for; one
 -- counted against another subject stays in that one's and is counted foreign meanwhile.
-local function place(id, lane, state_written, load)
+-- `pri`: the job's priority, whose negation is its score, so ZPOPMIN takes the highest
+-- first and mint order (the member) among equals; nil = read the row's `pri` (a row at 0
+-- has none), which only the paths that put a job back pay for.
+local function place(id, lane, state_written, load, pri)
+  if pri == nil then
+    pri = tonumber(redis.call('HGET', job_key(id), 'pri') or '0') or 0
+  end
+  local score = 0
+  if pri ~= 0 then score = -pri end
   if lane and lane ~= '' then  -- HGET answers false for a row with no lane (the plain queue)
     local lk = lane_key(lane)
-    redis.call('ZADD', lk, 0, id)
+    redis.call('ZADD', lk, score, id)
     redis.call('INCR', K_INLANES)
     if redis.call('ZCARD', lk) == 1 then
       redis.call('RPUSH', K_NEW, lane)
@@ -93,7 +101,7 @@ local function place(id, lane, state_written, load)
       redis.call('ZREM', open_key(lane), id)
     end
   else
-    redis.call('ZADD', K_PENDING, 0, id)
+    redis.call('ZADD', K_PENDING, score, id)
   end
   if not state_written then
     redis.call('HDEL', job_key(id), 'state')
@@ -149,13 +157,28 @@ local function promote(now, limit)
     redis.call('ZREM', K_SCHEDULED, id)
     local jk = job_key(id)
     redis.call('HDEL', jk, 'due')
-    local row = redis.call('HMGET', jk, 'lane', 'load')
-    place(id, row[1], false, row[2])
+    local row = redis.call('HMGET', jk, 'lane', 'load', 'pri')
+    place(id, row[1], false, row[2], tonumber(row[3] or '0') or 0)
   end
   if #due > 0 then
     redis.call('HINCRBY', K_COUNTERS, 'promoted', #due)
   end
   return #due
+end
+
+-- When a new job is due: `run_at` (server epoch ms, > 0) wins, else now + `delay`; 0 =
+-- now (a time already past is now too).
+local function due_at(now, delay, run_at)
+  local due = 0
+  if run_at > 0 then due = run_at elseif delay > 0 then due = now + delay end
+  if due <= now then return 0 end
+  return due
+end
+
+-- Whether the queue is paused (Queue.pause): a claim then hands out nothing, promotes
+-- nothing and names no due time, so a parked consumer stays parked until resume wakes it.
+local function paused()
+  return redis.call('EXISTS', K_PAUSED) == 1
 end
 
 -- The due time of the next scheduled job, or -1: a parked consumer sleeps no longer.
@@ -339,7 +362,7 @@ end
 -- counts HINCRBY would refuse goes dead as malformed instead of stopping the reaper.
 local function stall(id, now, maxlen, why)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max', 'load')
+  local row = redis.call('HMGET', jk, 'lane', 'failures', 'stalls', 'max', 'load', 'pri')
   local lane = row[1] or ''
   local failures, stalls, max = count(row[2], 0), count(row[3], 0), count(row[4], DEFAULT_MAX_ATTEMPTS)
   if failures == nil or stalls == nil or max == nil then
@@ -356,7 +379,7 @@ local function stall(id, now, maxlen, why)
     to_dead(id, jk, lane, now, 'lease expired too often')
     emit(maxlen, 'type', 'dead', 'job_id', id, 'lane', lane, 'reason', 'lease expired too often')
   else
-    place(id, lane, false, row[5])
+    place(id, lane, false, row[5], tonumber(row[6] or '0') or 0)
   end
 end
 
