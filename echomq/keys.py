@@ -12,8 +12,8 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "workers", "in_lanes", "foreign", "paused",
     ),
     "cancel": (
-        "new", "ring", "pending", "active", "scheduled", "counters", "events", "in_lanes",
-        "foreign",
+        "new", "ring", "pending", "active", "scheduled", "cancelled", "counters", "events",
+        "in_lanes", "foreign",
     ),
     "complete": ("active", "completed", "counters", "refused", "events"),
     "discard": ("dead", "counters"),
@@ -127,6 +127,10 @@ class Keys:
         return f"{self.prefix}dead"
 
     @property
+    def cancelled(self) -> str:
+        return f"{self.prefix}cancelled"
+
+    @property
     def counters(self) -> str:
         return f"{self.prefix}counters"
 
@@ -142,6 +146,11 @@ class Keys:
     def replicated(self) -> str:
         return f"{self.prefix}replicated"
 
+    @property
+    def paused(self) -> str:
+        # Present while the queue is paused: claims hand out nothing.
+        return f"{self.prefix}paused"
+
     def schedule(self, name: str) -> str:
         return f"{self.prefix}schedule:{name}"
 
@@ -154,11 +163,6 @@ class Keys:
     def sched_wake(self) -> str:
         # The schedulers' wake list: a new or resumed schedule may be due sooner.
         return f"{self.prefix}schedwake"
-
-    @property
-    def paused(self) -> str:
-        # Present while the queue is paused: claims hand out nothing.
-        return f"{self.prefix}paused"
 
     @property
     def wake(self) -> str:
