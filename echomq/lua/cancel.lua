@@ -29,6 +29,7 @@
 -- The static keys, after the call's own (echomq.keys.SCRIPT_KEYS).
 local K_NEW, K_RING, K_PENDING, K_ACTIVE, K_SCHEDULED, K_CANCELLED, K_COUNTERS, K_EVENTS, K_INLANES, K_FOREIGN = unpack(KEYS, 3, 12)
 --@include common
+--@include retain
 
 local id, jk = ARGV[1], KEYS[2]
 local row = redis.call('HMGET', jk, 'state', 'lane', 'load', 'enq')
@@ -71,16 +72,5 @@ redis.call('HINCRBY', K_COUNTERS, 'cancelled', 1)
 emit(ARGV[2], 'type', 'cancelled', 'job_id', id, 'lane', lane, 'was', state)
 
 local TRIM_BATCH = 8
-local old = redis.call('ZRANGEBYSCORE', K_CANCELLED, '-inf', now - tonumber(ARGV[4]),
-  'LIMIT', 0, TRIM_BATCH)
-local excess = redis.call('ZCARD', K_CANCELLED) - tonumber(ARGV[3])
-if excess > #old then
-  -- the oldest `excess` rows include every aged one: both sets start at the low end
-  old = redis.call('ZRANGE', K_CANCELLED, 0, math.min(excess, TRIM_BATCH) - 1)
-end
-if #old > 0 then
-  redis.call('ZREM', K_CANCELLED, unpack(old))
-  for i, gone in ipairs(old) do old[i] = job_key(gone) end
-  redis.call('DEL', unpack(old))
-end
+trim_kept(K_CANCELLED, now, tonumber(ARGV[3]), tonumber(ARGV[4]), TRIM_BATCH)
 return 1

@@ -33,6 +33,7 @@ local n_jobs = (#ARGV - 3) / 4
 -- The static keys, after the jobs' rows (echomq.keys.SCRIPT_KEYS).
 local K_ACTIVE, K_COMPLETED, K_COUNTERS, K_REFUSED, K_EVENTS = unpack(KEYS, n_jobs + 2, n_jobs + 6)
 --@include common
+--@include retain
 
 local verdicts, done = {}, {}
 local by_id = {}  -- a job named twice in one batch: the second is judged on the first
@@ -120,18 +121,6 @@ local n = redis.call('HINCRBY', K_COUNTERS, 'completed', #done)
 local TRIM_EVERY, TRIM_BATCH = 32, 64
 local turns = math.floor(n / TRIM_EVERY) - math.floor((n - #done) / TRIM_EVERY)
 if turns > 0 then
-  local most = TRIM_BATCH * turns
-  local old = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', now - tonumber(ARGV[2]),
-    'LIMIT', 0, most)
-  local excess = redis.call('ZCARD', K_COMPLETED) - tonumber(ARGV[1])
-  if excess > #old then
-    -- the oldest `excess` rows include every aged one: both sets start at the low end
-    old = redis.call('ZRANGE', K_COMPLETED, 0, math.min(excess, most) - 1)
-  end
-  if #old > 0 then
-    each_slice(old, function(...) redis.call('ZREM', K_COMPLETED, ...) end)
-    for i, gone in ipairs(old) do old[i] = job_key(gone) end
-    each_slice(old, function(...) redis.call('DEL', ...) end)
-  end
+  trim_kept(K_COMPLETED, now, tonumber(ARGV[1]), tonumber(ARGV[2]), TRIM_BATCH * turns)
 end
 return verdicts
