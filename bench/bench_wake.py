@@ -4,7 +4,7 @@ figures; it is not a test.
     uv run python -m bench.bench_wake [--jobs 2500] [--rate 500] [--rounds 3]
                                       [--modes always,everysec,no] [--no-bare]
 
-Issue 22 asks for an e2e p99 of 2 ms at 500 jobs/s. This splits that latency in two, for a
+The target is an e2e p99 of 2 ms at 500 jobs/s. This splits that latency in two, for a
 parked consumer (``Consumer(concurrency=32, batch=32)`` on lanes, in this process) fed open
 loop by a producer process (``--rate`` jobs/s over 100 lanes, each job stamped with
 ``CLOCK_MONOTONIC`` just before its enqueue call):

@@ -43,7 +43,7 @@ Then EchoMQ lanes alone is drained by several worker processes at once (``--proc
 steady rate given as a share of Valkey's EVALSHA ceiling, measured first on the same server
 as ``bench.bench_echomq`` measures it (a trivial ``return 1`` script pipelined by
 ``redis-benchmark -P 100 -c 8`` where Debian's redis-tools is installed, else by redis-py,
-``--ceiling-calls`` of them). Issue #22's done-when reads "lane drain >= 3.5x the fastest
+``--ceiling-calls`` of them). The targets read "lane drain >= 3.5x the fastest
 peer from one worker process; >= 50 % of the EVALSHA ceiling from several processes".
 
 The ratios are to the fastest peer (the non-EchoMQ one with the highest steady drain), figure

@@ -97,7 +97,7 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
 
 
 def verdict_lines(report: Mapping[str, Any]) -> list[str]:
-    """The two figures issue #22's done-when reads, as sentences."""
+    """The two target figures (lane drain against the fastest peer, share of the ceiling), as sentences."""
     out = []
     fastest = report.get("fastest_peer")
     for key, how in (
