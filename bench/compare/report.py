@@ -97,7 +97,7 @@ def print_tables(console: Console, report: Mapping[str, Any]) -> None:
 
 
 def verdict_lines(report: Mapping[str, Any]) -> list[str]:
-    """The two target figures (lane drain against the fastest peer, share of the ceiling), as sentences."""
+    """The two target figures (drain against the fastest peer, share of the ceiling)."""
     out = []
     fastest = report.get("fastest_peer")
     for key, how in (
