@@ -64,12 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _url_argument(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    common.add_argument(
-        "--partitions",
-        type=_at_least(1),
-        default=1,
-        help="QUEUE is partitioned over this many queues (echomq.Partitioned; default 1)",
-    )
+    _partitions_argument(common)
     common.add_argument("queue", metavar="QUEUE", help="the queue's name (keys emq:{QUEUE}:…)")
 
     parser = _Parser(prog="echomq", description="Inspect and operate EchoMQ queues.")
@@ -103,6 +98,28 @@ def _url_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _partitions_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--partitions",
+        type=_at_least(1),
+        default=1,
+        help="QUEUE is partitioned over this many queues (echomq.Partitioned; default 1)",
+    )
+
+
+# The Consumer's numeric options as `echomq worker` flags: (flag, least, default, help).
+# Their defaults are the Consumer's own.
+WORKER_NUMBERS: tuple[tuple[str, int, int | None, str], ...] = (
+    ("--concurrency", 1, 1, "handlers at once (1)"),
+    ("--lease-ms", 100, 10_000, "each claim's lease, renewed while its handler runs (10000)"),
+    ("--batch", 1, 32, "jobs leased per claim call (32)"),
+    ("--prefetch", 0, 0, "jobs held ready beyond concurrency (0)"),
+    ("--timeout-ms", 1, None, "cancel a handler running this long, failing its job (no limit)"),
+    ("--lapse-ms", 1, 3_000, "a silent worker's jobs are reclaimed after this (3000)"),
+    ("--grace-ms", 0, None, "at a stop, how long running handlers may finish (the lease)"),
+)
+
+
 def _worker_parser(sub: Any) -> None:
     worker = sub.add_parser(
         "worker",
@@ -112,44 +129,15 @@ def _worker_parser(sub: Any) -> None:
     )
     _url_argument(worker)
     worker.add_argument("--queue", required=True, help="the queue's name (keys emq:{QUEUE}:…)")
-    worker.add_argument(
-        "--partitions",
-        type=_at_least(1),
-        default=1,
-        help="QUEUE is partitioned over this many queues (echomq.Partitioned; default 1)",
-    )
+    _partitions_argument(worker)
     worker.add_argument(
         "--source",
         choices=("lanes", "jobs"),
         default="lanes",
         help="claim from the fair lanes or the plain FIFO queue (lanes)",
     )
-    worker.add_argument("--concurrency", type=_at_least(1), default=1, help="handlers at once (1)")
-    worker.add_argument("--lease-ms", type=_at_least(100), default=10_000, help="lease (10000)")
-    worker.add_argument(
-        "--batch", type=_at_least(1), default=32, help="jobs leased per claim call (32)"
-    )
-    worker.add_argument(
-        "--prefetch", type=_at_least(0), default=0, help="jobs held ready beyond concurrency (0)"
-    )
-    worker.add_argument(
-        "--timeout-ms",
-        type=_at_least(1),
-        default=None,
-        help="cancel a handler running this long and fail its job (default: no limit)",
-    )
-    worker.add_argument(
-        "--lapse-ms",
-        type=_at_least(1),
-        default=3_000,
-        help="a silent worker's jobs are reclaimed after this (3000)",
-    )
-    worker.add_argument(
-        "--grace-ms",
-        type=_at_least(0),
-        default=None,
-        help="at a stop, how long running handlers may finish (default: the lease)",
-    )
+    for flag, least, default, text in WORKER_NUMBERS:
+        worker.add_argument(flag, type=_at_least(least), default=default, help=text)
     worker.add_argument("--worker-id", default=None, help="a WRK_… id (default: minted)")
     worker.add_argument(
         "--no-reaper",
@@ -434,16 +422,10 @@ async def _consume(args: argparse.Namespace, handler: Handler) -> int:
     except ValueError as e:
         return _fail(f"bad --url {where}: {e}", EXIT_UNREACHABLE)
     try:
-        options: dict[str, Any] = {
-            "lease_ms": args.lease_ms,
-            "source": args.source,
-            "batch": args.batch,
-            "prefetch": args.prefetch,
-            "timeout_ms": args.timeout_ms,
-            "lapse_ms": args.lapse_ms,
-            "grace_ms": args.grace_ms,
-            "reaper": args.reaper,
-        }
+        names = [
+            flag[2:].replace("-", "_") for flag, *_ in WORKER_NUMBERS if flag != "--concurrency"
+        ]
+        options: dict[str, Any] = {n: getattr(args, n) for n in (*names, "source", "reaper")}
         consumer: Consumer | PartitionedConsumer
         if args.partitions == 1:
             consumer = Consumer(

@@ -482,3 +482,13 @@ async def test_worker_help_names_its_options() -> None:
     for option in ("--url", "--queue", "--concurrency", "--lease-ms", "--source", "HANDLER"):
         assert option in out
     assert cli.URL_VARIABLE in out
+
+
+def test_the_worker_flags_default_to_the_consumers_own_defaults() -> None:
+    from dataclasses import fields
+
+    from echomq.consumer.options import ConsumerOptions
+
+    defaults = {f.name: f.default for f in fields(ConsumerOptions) if f.init}
+    for flag, _, default, _ in cli.WORKER_NUMBERS:
+        assert defaults[flag[2:].replace("-", "_")] == default, flag
