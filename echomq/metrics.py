@@ -10,6 +10,7 @@ registry; on each scrape it yields the last snapshot of each queue it watches:
   first ``lanes`` of them, served next first (0, the default, lists none: a lane label per
   player would grow without bound).
 - ``echomq_workers_alive{queue}``: consumers in the worker registry.
+- ``echomq_paused{queue}``: 1 while the queue is paused (``Queue.pause``).
 - ``echomq_transitions_total{queue,transition}``: the queue's counters (enqueued, claimed,
   completed, failed, reaped, dead, …), as ``stats()["counters"]`` names them.
 - ``echomq_refused_total{queue,op}``: stale calls refused by fencing, by operation.
@@ -190,6 +191,9 @@ class QueueCollector(Collector):
         alive = GaugeMetricFamily(
             f"{p}_workers_alive", "Consumers in the worker registry", labels=["queue"]
         )
+        paused = GaugeMetricFamily(
+            f"{p}_paused", "1 while claims hand out nothing (Queue.pause)", labels=["queue"]
+        )
         moved = CounterMetricFamily(
             f"{p}_transitions",
             "The queue's counters (enqueued, claimed, completed, failed, reaped, dead, ...)",
@@ -212,8 +216,9 @@ class QueueCollector(Collector):
             for lane, n in st["lanes"].items():
                 depth.add_metric([q.name, lane], n)
             alive.add_metric([q.name], s.workers_alive)
+            paused.add_metric([q.name], 1 if st["paused"] else 0)
             for name, n in sorted(st["counters"].items()):
                 moved.add_metric([q.name, name], n)
             for op, n in sorted(st["refused"].items()):
                 refused.add_metric([q.name, op], n)
-        yield from (up, age, jobs, lanes, depth, alive, moved, refused)
+        yield from (up, age, jobs, lanes, depth, alive, paused, moved, refused)

@@ -74,6 +74,11 @@ async def test_a_scrape_reports_the_queues_numbers(q: echomq.Queue) -> None:
     assert value(s, moved, queue=q.name, transition="completed") == 1
     assert value(s, "echomq_refused_total", queue=q.name, op="complete") == 1
     assert 0 <= value(s, "echomq_snapshot_age_seconds", queue=q.name) < 5
+    assert value(s, "echomq_paused", queue=q.name) == 0
+    await q.pause()
+    await collector.refresh()
+    assert value(scrape(collector), "echomq_paused", queue=q.name) == 1
+    await q.resume()
 
     # A scrape only formats: what changed since shows at the next refresh.
     await q.jobs.enqueue({"more": True})
