@@ -48,6 +48,7 @@ async def locations(q: echomq.Queue, job_id: str) -> list[str]:
         ("scheduled", k.scheduled),
         ("completed", k.completed),
         ("dead", k.dead),
+        ("cancelled", k.cancelled),
     ):
         if await q.conn.zscore(key, job_id) is not None:
             found.append(name)

@@ -44,6 +44,7 @@ from hypothesis.stateful import (
 import echomq
 import echomq.ids
 import echomq.types
+from echomq.checks import DEFAULT_MAX_ATTEMPTS
 from echomq.codec import text
 from echomq.errors import DeadlinePassed, InvalidState, JobNotFound, LaneFull
 from echomq.settings import Settings
@@ -78,7 +79,7 @@ class MJob:
     lane: str | None
     payload: Any
     max_attempts: int
-    state: str = "pending"  # pending | active | scheduled | completed | dead
+    state: str = "pending"  # pending | active | scheduled | completed | dead | cancelled
     attempts: int = 0
     failures: int = 0
     stalls: int = 0
@@ -89,6 +90,7 @@ class MJob:
     result: Any = None
     error: str | None = None
     reason: str | None = None
+    priority: int = 0  # higher claimed first, id order among equals
 
     def location(self) -> str:
         if self.state == "pending":
@@ -122,6 +124,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.events: list[tuple[str, str]] = []  # (type, job_id), in append order
         self.registered: set[str] = set()
         self.lapsed: set[str] = set()
+        self.paused = False  # q.pause(): claims hand out nothing until q.resume()
         # Bookkeeping for the checks.
         self.seen_attempts: dict[str, int] = {}
         self.touched: set[str] = set()
@@ -149,6 +152,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     def ids_in(self, *states: str) -> list[str]:
         return sorted(j.id for j in self.jobs.values() if j.state in states)
+
+    def ordered(self, ids: set[str]) -> list[str]:
+        """Claim order of waiting jobs: a set scored -priority pops highest first, then by id."""
+        return sorted(ids, key=lambda jid: (-self.jobs[jid].priority, jid))
 
     def load(self, lane: str) -> int:
         return sum(
@@ -343,13 +350,57 @@ class QueueMachine(RuleBasedStateMachine):
             assert reply == j.id
         self.touched.add(j.id)
 
+    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
+    @rule(
+        lane=st.sampled_from((None, *LANES)),
+        priority=st.sampled_from([0, 1, -1, 7, 1000, -1000]),
+        when=st.sampled_from(["now", "delay", "run_at_far", "run_at_past"]),
+    )
+    def enqueue_timed(self, lane: str | None, priority: int, when: str) -> None:
+        """A job with a priority, due now, after a delay or at a time on the server clock
+        (one already past is now): a delayed lane job waits in ``scheduled``."""
+        now = self.run(self.q.server_time_ms())
+        timing: dict[str, Any] = {
+            "now": {},
+            "delay": {"delay_ms": FAR_MS},
+            "run_at_far": {"run_at_ms": now + FAR_MS},
+            "run_at_past": {"run_at_ms": now - 1},
+        }[when]
+        if lane is None:
+            jid = self.run(self.q.jobs.enqueue({"t": 1}, priority=priority, **timing))
+        else:
+            jid = self.run(self.q.lanes.enqueue(lane, {"t": 1}, priority=priority, **timing))
+        j = self.new_job(jid, lane, {"t": 1}, DEFAULT_MAX_ATTEMPTS)
+        j.priority = priority
+        if when in ("delay", "run_at_far"):
+            j.state = "scheduled"
+        else:
+            self.place(j)
+
+    @rule()
+    def pause(self) -> None:
+        assert self.run(self.q.pause()) is not self.paused
+        if not self.paused:
+            self.counters["pauses"] += 1
+        self.paused = True
+
+    @rule()
+    def resume(self) -> None:
+        assert self.run(self.q.resume()) is self.paused
+        if self.paused:
+            self.counters["resumes"] += 1
+        self.paused = False
+
     # -- claim -------------------------------------------------------------------------
 
     @rule(worker=st.sampled_from(WORKERS), count=st.integers(1, 3))
     def claim_plain(self, worker: str, count: int) -> None:
         batch = self.run(self.q.jobs.claim_many(worker, LEASE_MS, count))
+        if self.paused:  # nothing handed out, nothing promoted, no due time to wake for
+            assert batch.claims == [] and batch.next_due_ms is None
+            return
         self.promote_model()
-        expected = sorted(self.plain)[:count]
+        expected = self.ordered(self.plain)[:count]
         for jid in expected:
             self.plain.remove(jid)
             self.lease(jid, worker)
@@ -358,11 +409,14 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(worker=st.sampled_from(WORKERS), count=st.integers(1, 3))
     def claim_lanes(self, worker: str, count: int) -> None:
         batch = self.run(self.q.lanes.claim_many(worker, LEASE_MS, count))
+        if self.paused:
+            assert batch.claims == [] and batch.next_due_ms is None
+            return
         self.promote_model()
         expected = []
         while len(expected) < count and (lane := self.order.take()) is not None:
             waiting = self.lane_q[lane]
-            jid = min(waiting)
+            jid = self.ordered(waiting)[0]
             waiting.remove(jid)
             self.order.served(lane, bool(waiting))
             expected.append(jid)
@@ -582,6 +636,48 @@ class QueueMachine(RuleBasedStateMachine):
         )
         assert isinstance(error, InvalidState if live else JobNotFound)
 
+    # -- cancel ----------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, 99))
+    def cancel(self, i: int) -> None:
+        """Cancel any job (or one never minted): a waiting, scheduled or running one leaves
+        its location for ``cancelled``, counted once, and a lane it empties leaves ``new``
+        or the ring; a finished, dead or cancelled job changes nothing."""
+        jid = _pick(sorted(self.jobs), i) if self.jobs else GHOST
+        j = self.jobs.get(jid)
+        if j is None or j.state not in ("pending", "active", "scheduled"):
+            reply, error = self.run(
+                self.unchanged(lambda: self.q.jobs.cancel(jid), allow_refused=False)
+            )
+            assert error is None and reply is False
+            return
+        assert self.run(self.q.jobs.cancel(jid)) is True
+        if j.state == "pending" and j.lane:
+            waiting = self.lane_q[j.lane]
+            waiting.remove(jid)
+            if not waiting:
+                self.order.new = [x for x in self.order.new if x != j.lane]
+                self.order.ring = [x for x in self.order.ring if x != j.lane]
+        elif j.state == "pending":
+            self.plain.remove(jid)
+        j.state, j.worker, j.expired, j.due = "cancelled", None, False, None
+        self.counters["cancelled"] += 1
+        self.events.append(("cancelled", jid))
+        self.touched.add(jid)
+
+    @precondition(lambda self: self.ids_in("cancelled"))
+    @rule(op=st.sampled_from(OPS), i=st.integers(0, 99), delta=st.sampled_from([0, 0, -1, 1]))
+    def call_on_cancelled_job(self, op: str, i: int, delta: int) -> None:
+        """A cancelled job's last holder (delta 0) or any other token is refused, and an
+        operator's retry_dead too: nothing changes."""
+        j = self.jobs[_pick(self.ids_in("cancelled"), i)]
+        self.touched.add(j.id)
+        self.stale(op, j.id, j.attempts + delta)
+        _, error = self.run(
+            self.unchanged(lambda: self.q.jobs.retry_dead(j.id), allow_refused=False)
+        )
+        assert isinstance(error, InvalidState)
+
     # -- the invariants, read back from the server after every step ---------------------
 
     @invariant()
@@ -624,6 +720,7 @@ class QueueMachine(RuleBasedStateMachine):
         rows = dict(zip(ids, r[11 + len(LANES) :], strict=True))
         new = [text(x) for x in await self.conn.lrange(k.new, 0, -1)]
         owed = await self.conn.get(k.owed) == b"1"
+        cancelled = [text(x) for x in await self.conn.zrange(k.cancelled, 0, -1)]
 
         # Every id in every location, and every job located exactly once, where the model
         # says (a score-0 set pops in id order, which the model mirrors with sorted()).
@@ -634,6 +731,7 @@ class QueueMachine(RuleBasedStateMachine):
             ("scheduled", list(scheduled)),
             ("completed", completed),
             ("dead", dead),
+            ("cancelled", cancelled),
             *((f"lane:{lane}", members) for lane, members in lanes.items()),
         ):
             for jid in members:
@@ -641,9 +739,9 @@ class QueueMachine(RuleBasedStateMachine):
         assert set(where) == set(self.jobs), "a job vanished, or an unknown id appeared"
         for jid, j in self.jobs.items():
             assert where[jid] == [j.location()], (jid, where[jid], j)
-        assert pending == sorted(self.plain)
+        assert pending == self.ordered(self.plain)
         for lane in LANES:
-            assert lanes[lane] == sorted(self.lane_q[lane])
+            assert lanes[lane] == self.ordered(self.lane_q[lane])
 
         # The fair order: ``new`` and the ring hold exactly the non-empty lanes, each in one
         # of them, once, in the model's order, and the ring's turn flag agrees.
@@ -694,6 +792,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert stats[name] == states[name]
         assert stats["lanes"] == {lane: len(self.lane_q[lane]) for lane in new + ring}
         assert stats["lane_count"] == sum(1 for lane in LANES if self.lane_q[lane])
+        assert stats["paused"] == self.paused
         # One event per counted completion, failure, reap and death, each job's in the order
         # they happened (failed then dead, reaped then dead); stale calls append none. Across
         # jobs the order is the model's too, except among a lapsed worker's jobs.
