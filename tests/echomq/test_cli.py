@@ -1,8 +1,9 @@
-"""``echomq stats|dead|retry|workers`` against the session's real Valkey.
+"""``echomq stats|dead|retry|workers|worker`` against the session's real Valkey.
 
 Most calls run ``echomq.cli.main`` in a thread of this process (its own event loop, this
-test's output captured); the unreachable-server and entry-point tests run the command as a
-child process, as an operator would.
+test's output captured); the unreachable-server, entry-point and running ``worker`` tests
+run the command as a child process, as an operator would (a worker's signal handlers need
+its main thread).
 """
 
 from __future__ import annotations
