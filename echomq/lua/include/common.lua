@@ -151,18 +151,28 @@ local function to_dead(id, jk, lane, now, reason)
 end
 
 -- Move up to `limit` due scheduled jobs back to their lane or the pending set.
+-- The scheduled set loses the batch in one ZREM (slices: unpack() is bounded by Lua's C
+-- stack); a plain job's `due` and `state` go in one HDEL, so a delayed job costs its claim
+-- little more than one that never waited.
 local function promote(now, limit)
   local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, limit)
+  if #due == 0 then return 0 end
+  for first = 1, #due, 1000 do
+    redis.call('ZREM', K_SCHEDULED, unpack(due, first, math.min(first + 999, #due)))
+  end
   for _, id in ipairs(due) do
-    redis.call('ZREM', K_SCHEDULED, id)
     local jk = job_key(id)
-    redis.call('HDEL', jk, 'due')
     local row = redis.call('HMGET', jk, 'lane', 'load', 'pri')
-    place(id, row[1], false, row[2], tonumber(row[3] or '0') or 0)
+    local pri = tonumber(row[3] or '0') or 0
+    if row[1] and row[1] ~= '' then
+      redis.call('HDEL', jk, 'due')
+      place(id, row[1], false, row[2], pri)
+    else
+      redis.call('HDEL', jk, 'due', 'state')
+      place(id, '', true, false, pri)  -- the plain queue keeps no open index
+    end
   end
-  if #due > 0 then
-    redis.call('HINCRBY', K_COUNTERS, 'promoted', #due)
-  end
+  redis.call('HINCRBY', K_COUNTERS, 'promoted', #due)
   return #due
 end
 
