@@ -49,3 +49,33 @@ async def test_the_format_follows_the_scrapers_accept_header(served: Served) -> 
     assert om.text.rstrip().endswith("# EOF")
     for name in ("process_cpu_seconds_total", "python_gc_collections_total", "codemojex_queue_up"):
         assert name in plain.text
+
+
+async def test_the_queue_series_come_from_echomq_metrics_under_both_names(served: Served) -> None:
+    player = await served.new_player()
+    rnd = await served.current_round()
+    p = rnd["palette"]
+    for _ in range(2):
+        resp = await served.http.post(
+            "/api/guesses",
+            json={"round_id": rnd["round_id"], "guess": [p[0], p[1], p[1], p[2]]},
+            headers={"Authorization": f"Bearer {player['token']}"},
+        )
+        assert resp.status_code == 202, resp.text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families((await served.http.get("/metrics")).text)
+        for s in family.samples
+    }
+    queue = served.app.state.services.game.queues.name
+    assert samples[("echomq_up", (("queue", queue),))] == 1
+    assert samples[("codemojex_queue_up", ())] == 1
+    for state in ("pending", "active", "scheduled", "completed", "dead"):
+        ours = samples[("codemojex_queue_jobs", (("state", state),))]
+        assert ours == samples[("echomq_jobs", (("queue", queue), ("state", state)))], state
+    enqueued = samples[("echomq_transitions_total", (("queue", queue), ("transition", "enqueued")))]
+    assert enqueued >= 2 and samples[("codemojex_queue_accepted_total", ())] == enqueued
+    assert (
+        samples[("codemojex_workers_alive", ())]
+        == samples[("echomq_workers_alive", (("queue", queue),))]
+    )
