@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import checks
 from .codec import dumps, loads, number, text
 from .ids import _encode
-from .scripts import SCRIPTS
+from .scripts import SCRIPTS, Call
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -215,29 +215,31 @@ class Schedules:
         return [_info(n, row) for n, row in zip(names, rows, strict=True) if row]
 
     async def run_due(self, limit: int = 100) -> Turn:
-        """Fire every due tick of up to ``limit`` schedules (each one script call, refused
-        if another caller fired it first); what a consumer's scheduler calls."""
+        """Fire every due tick of up to ``limit`` schedules, in one round trip (each tick
+        its own script call, refused if another caller fired it first); what a consumer's
+        scheduler calls."""
         checks.integer("limit", limit, at_least=1)
         r = await self._q.runner.run(SCRIPTS["schedule_due"], self._keys("schedule_due"), [limit])
         now, earliest = int(r[0]), int(float(r[1]))
-        fired = 0
+        calls: list[Call] = []
         for i in range(2, len(r), 3):
             name, due, cron = text(r[i]), int(float(r[i + 1])), text(r[i + 2])
             after, upcoming, between = cron_advance(cron, due, now) if cron else (0, 0, 0)
-            kind, _ = await self._q.runner.run(
-                SCRIPTS["schedule_tick"],
-                self._keys(
-                    "schedule_tick",
-                    self._q.keys.schedule(name),
-                    self._q.keys.job(tick_job_id(self._q.name, name, due)),
-                ),
-                [name, due, tick_job_id(self._q.name, name, due), after, upcoming, between],
+            job_id = tick_job_id(self._q.name, name, due)
+            keys = self._keys(
+                "schedule_tick", self._q.keys.schedule(name), self._q.keys.job(job_id)
             )
-            fired += int(kind) == 1
-        if len(r) > 2:
-            # Ticks fired: read again, their next due times may already have come.
-            return Turn(fired, 0)
-        return Turn(fired, None if earliest < 0 else max(0, earliest - now))
+            calls.append(
+                (SCRIPTS["schedule_tick"], keys, [name, due, job_id, after, upcoming, between])
+            )
+        replies = await self._q.runner.run_many(calls)
+        fired = sum(int(kind) == 1 for kind, _ in replies)
+        if len(calls) == limit:
+            return Turn(fired, 0)  # more may be due
+        nexts = [int(nxt) for kind, nxt in replies if int(kind) >= 0 and int(nxt) > 0]
+        if earliest >= 0:
+            nexts.append(earliest)
+        return Turn(fired, max(0, min(nexts) - now) if nexts else None)
 
 
 def _info(name: str, row: dict[Any, Any]) -> ScheduleInfo:

@@ -66,8 +66,10 @@ async def test_skip_drops_missed_ticks_and_goes_on_after_now(q: echomq.Queue) ->
     await _set_next(q, "s", now - 3_500)  # ticks at -3.5, -2.5, -1.5, -0.5 s all due
     assert (await q.schedules.run_due()).fired == 0
     info = await q.schedules.get("s")
-    assert info is not None and info.missed == 4 and info.fired == 0
-    assert info.next_due_ms == now + 500
+    assert info is not None and info.fired == 0 and info.next_due_ms is not None
+    # The first tick after the script's now (a busy machine may be a tick later than ours).
+    assert info.next_due_ms in (now + 500, now + 1_500)
+    assert info.missed == (info.next_due_ms - (now - 3_500)) // 1_000  # 4: each due tick
     assert await _jobs(q) == []
 
 
@@ -79,8 +81,8 @@ async def test_catch_up_one_fires_one_job_for_the_missed_ticks(q: echomq.Queue) 
     [job] = await _jobs(q)
     assert job.scheduled_for_ms == now - 3_500  # the oldest missed tick
     info = await q.schedules.get("s")
-    assert info is not None and info.missed == 3 and info.fired == 1
-    assert info.next_due_ms == now + 500
+    assert info is not None and info.fired == 1 and info.next_due_ms in (now + 500, now + 1_500)
+    assert info.missed == (info.next_due_ms - (now - 3_500)) // 1_000 - 1  # 3: folded in
 
 
 async def test_pause_resume_remove_and_list(q: echomq.Queue) -> None:
