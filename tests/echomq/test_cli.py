@@ -493,3 +493,30 @@ def test_the_worker_flags_default_to_the_consumers_own_defaults() -> None:
     defaults = {f.name: f.default for f in fields(ConsumerOptions) if f.init}
     for flag, _, default, _ in cli.WORKER_NUMBERS:
         assert defaults[flag[2:].replace("-", "_")] == default, flag
+
+
+async def test_worker_consumes_every_partition_of_a_partitioned_queue(
+    redis_conn: Any, queue_name: str, valkey_url: str, app_dir: str
+) -> None:
+    p = echomq.Partitioned(redis_conn, queue_name, 3)
+    ids = [await p.enqueue(f"player{i}", {"n": i}) for i in range(40)]
+    assert len({p.of_lane(f"player{i}").name for i in range(40)}) == 3  # every partition
+    argv = ("--url", valkey_url, "--queue", queue_name, "--partitions", "3", "--concurrency", "3")
+    proc = worker_process(app_dir, *argv, "cli_handlers:echo")
+    try:
+
+        async def all_done() -> bool:
+            for job_id in ids:
+                info = await p.get(job_id)
+                if info is None or info.state != "completed":
+                    return False
+            return True
+
+        await wait_for(all_done, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        code, err = await finished(proc)
+        assert code == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
