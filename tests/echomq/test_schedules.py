@@ -175,7 +175,25 @@ async def test_consumers_run_a_schedule_exactly_once_per_tick(
     assert len(seen) == len(set(seen)) == info.fired
     # Each tick on the grid from the first; missed ones (a busy machine) fold into one job.
     assert all((t - first) % 50 == 0 for t in seen)
-    assert (max(seen) - first) // 50 + 1 == info.fired + info.missed
+    end = int(await q.conn.hget(q.keys.schedule("fast"), "next"))  # kept while paused
+    assert max(seen) < end and (end - first) // 50 == info.fired + info.missed
+
+
+async def test_a_schedule_added_elsewhere_wakes_an_idle_scheduler(
+    q: echomq.Queue, start_consumer: Runner
+) -> None:
+    async def handler(claim: echomq.Claim) -> None:
+        return None
+
+    # Idle: the scheduler waits up to park_max_ms (15 s) for a tick; the add's wake token
+    # ends that wait, so the first tick fires on time, not at the end of the wait.
+    await start_consumer(handler, concurrency=1)
+    await asyncio.sleep(0.5)
+    other = q.using(q.conn)
+    first = await other.schedules.add("soon", "x", every_ms=300, lane="L")
+    await wait_for(lambda: _fired(q, "soon", 1), timeout=10)  # < 15 s: woken
+    job = await q.jobs.get(tick_job_id(q.name, "soon", first))
+    assert job is not None and job.scheduled_for_ms == first
 
 
 async def _fired(q: echomq.Queue, name: str, n: int) -> bool:
