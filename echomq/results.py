@@ -48,7 +48,9 @@ async def result(q: Queue, job_id: str, timeout_ms: int) -> JobInfo | None:
 
     The stream's position is taken before the row is read, so an end between the two is
     still read from the stream; then it blocks on the events stream (XREAD), never
-    polling the row. A job unknown, or whose row was trimmed, waits out the timeout."""
+    polling the row. A job unknown, or whose row was trimmed, waits out the timeout.
+    Each blocking read holds one of the queue client's connections for up to
+    ``READ_SLICE_MS``: a client with a socket timeout must allow that long."""
     checks.name("job_id", job_id)
     checks.integer("timeout_ms", timeout_ms, at_least=0)
     deadline = time.monotonic() + timeout_ms / 1000
