@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -325,6 +325,8 @@ def plain(claim):
 
 async def echo(claim: echomq.Claim):
     if claim.payload.get("slow"):
+        with open(claim.payload["started"], "w"):  # the test signals only a running job
+            pass
         await asyncio.sleep(claim.payload["slow"])
     return {"echo": claim.payload, "lane": claim.lane}
 
@@ -358,81 +360,72 @@ async def finished(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[in
     return proc.returncode, err
 
 
+@contextlib.contextmanager
+def running_worker(app_dir: str, *argv: str) -> Iterator[subprocess.Popen[str]]:
+    """``echomq worker ARGV…`` as a child process, killed if a test leaves it running."""
+    proc = worker_process(app_dir, *argv)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def stopped_cleanly(proc: subprocess.Popen[str], sig: signal.Signals) -> str:
+    """Send ``sig``; the worker drains and exits 0. Returns its stderr."""
+    proc.send_signal(sig)
+    code, err = await finished(proc)
+    assert code == 0, err
+    assert "Traceback" not in err
+    return err
+
+
+async def completed(get: Callable[[str], Awaitable[Any]], ids: list[str]) -> bool:
+    for job_id in ids:
+        info = await get(job_id)
+        if info is None or info.state != "completed":
+            return False
+    return True
+
+
 async def test_worker_handles_the_jobs_enqueued_and_drains_on_sigterm(
     q: echomq.Queue, valkey_url: str, app_dir: str
 ) -> None:
     plain = [await q.jobs.enqueue({"n": n}) for n in range(3)]
-    proc = worker_process(
-        app_dir,
-        "--url",
-        valkey_url,
-        "--queue",
-        q.name,
-        "--source",
-        "jobs",
-        "--concurrency",
-        "2",
-        "--lease-ms",
-        "5000",
-        "cli_handlers:echo",
-    )
-    try:
-
-        async def all_done(ids: list[str]) -> bool:
-            infos = [await q.jobs.get(i) for i in ids]
-            return all(i is not None and i.state == "completed" for i in infos)
-
-        await wait_for(lambda: all_done(plain), timeout=30)
+    argv = ("--url", valkey_url, "--queue", q.name, "--source", "jobs", "--concurrency", "2")
+    with running_worker(app_dir, *argv, "--lease-ms", "5000", "cli_handlers:echo") as proc:
+        await wait_for(lambda: completed(q.jobs.get, plain), timeout=30)
         info = await q.jobs.get(plain[0])
         assert info is not None and info.result == {"echo": {"n": 0}, "lane": None}
         found = await echomq.registry.workers(q)
         assert len(found) == 1 and found[0].pid == proc.pid
 
-        # A job still running at SIGTERM is finished (drained), not abandoned.
-        slow = await q.jobs.enqueue({"slow": 1.0})
+        # A job whose handler is running at SIGTERM is finished (drained), not abandoned.
+        started = os.path.join(app_dir, "started")
+        slow = await q.jobs.enqueue({"slow": 1.0, "started": started})
 
         async def running() -> bool:
-            info = await q.jobs.get(slow)
-            return info is not None and info.state == "active"
+            return os.path.exists(started)
 
         await wait_for(running, timeout=30)
-        proc.send_signal(signal.SIGTERM)
-        code, err = await finished(proc)
-        assert code == 0, err
-        assert "Traceback" not in err
+        await stopped_cleanly(proc, signal.SIGTERM)
         info = await q.jobs.get(slow)
         assert info is not None and info.state == "completed"
-        assert info.result == {"echo": {"slow": 1.0}, "lane": None}
+        assert info.result == {"echo": {"slow": 1.0, "started": started}, "lane": None}
         assert await echomq.registry.workers(q) == []  # it left the registry
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 async def test_worker_serves_fair_lanes_by_default_with_a_dotted_handler(
     q: echomq.Queue, valkey_url: str, app_dir: str
 ) -> None:
     job_id = await q.lanes.enqueue("alice", {"n": 1})
-    proc = worker_process(
-        app_dir, "--url", valkey_url, "--queue", q.name, "cli_handlers:Nested.handle"
-    )
-    try:
-
-        async def done() -> bool:
-            info = await q.jobs.get(job_id)
-            return info is not None and info.state == "completed"
-
-        await wait_for(done, timeout=30)
+    argv = ("--url", valkey_url, "--queue", q.name, "cli_handlers:Nested.handle")
+    with running_worker(app_dir, *argv) as proc:
+        await wait_for(lambda: completed(q.jobs.get, [job_id]), timeout=30)
         info = await q.jobs.get(job_id)
         assert info is not None and info.result == "nested"
-        proc.send_signal(signal.SIGINT)
-        code, err = await finished(proc)
-        assert code == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        await stopped_cleanly(proc, signal.SIGINT)
 
 
 @pytest.mark.parametrize(
@@ -502,21 +495,6 @@ async def test_worker_consumes_every_partition_of_a_partitioned_queue(
     ids = [await p.enqueue(f"player{i}", {"n": i}) for i in range(40)]
     assert len({p.of_lane(f"player{i}").name for i in range(40)}) == 3  # every partition
     argv = ("--url", valkey_url, "--queue", queue_name, "--partitions", "3", "--concurrency", "3")
-    proc = worker_process(app_dir, *argv, "cli_handlers:echo")
-    try:
-
-        async def all_done() -> bool:
-            for job_id in ids:
-                info = await p.get(job_id)
-                if info is None or info.state != "completed":
-                    return False
-            return True
-
-        await wait_for(all_done, timeout=30)
-        proc.send_signal(signal.SIGTERM)
-        code, err = await finished(proc)
-        assert code == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with running_worker(app_dir, *argv, "cli_handlers:echo") as proc:
+        await wait_for(lambda: completed(p.get, ids), timeout=30)
+        await stopped_cleanly(proc, signal.SIGTERM)
