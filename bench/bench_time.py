@@ -98,7 +98,9 @@ async def idle_cost(url: str, idle_s: float, paused: bool, name: str) -> float:
 
     if paused:
         await q.pause()
-        await q.jobs.enqueue_many(list(range(10)))  # work waiting: it must still not poll
+        # Work waiting, and a job falling due at once: a consumer must still not poll.
+        await q.jobs.enqueue_many(list(range(10)))
+        await q.jobs.enqueue("due", delay_ms=1)
     consumer = echomq.Consumer(q, handler, source="jobs")
     task = asyncio.create_task(consumer.run())
     try:
