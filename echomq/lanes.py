@@ -1,4 +1,5 @@
-"""``q.lanes``: fair lanes. Each lane is its own FIFO; claims take lanes in fair order."""
+"""``q.lanes``: fair lanes. Each lane is its own queue (by priority, then FIFO); claims take
+lanes in fair order."""
 
 from __future__ import annotations
 
