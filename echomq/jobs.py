@@ -177,7 +177,8 @@ class Jobs:
     ) -> list[str]:
         """Enqueue every payload with the same options (as :meth:`enqueue`), in one script
         call per ``ENQUEUE_CHUNK`` jobs, each call atomic: all its jobs land or none. The
-        ids, in order (``job_ids`` names them; an id that exists is a no-op)."""
+        ids, in order (``job_ids`` names them; an id that exists is a no-op). ``headers``
+        go through the hooks once per call and are every job's."""
         if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
             raise TypeError(f"payloads must be a sequence, got {type(payloads).__name__}")
         if job_ids is not None:
