@@ -77,7 +77,7 @@ if fire and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   redis.call('HSET', KEYS[3], unpack(row))
   redis.call('HINCRBY', K_COUNTERS, 'enqueued', 1)
-  place(ARGV[3], s[3], true)
+  place(ARGV[3], s[3], true, false, 0)  -- priority 0: no row read for it
 end
 redis.call('HSET', sk, 'next', nxt)
 if fire then
