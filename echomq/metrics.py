@@ -1,34 +1,7 @@
 """``echomq.metrics``: a queue's numbers as Prometheus metrics (the ``metrics`` extra).
 
-:class:`QueueCollector` is a prometheus-client custom collector. Register it in a
-registry; on each scrape it yields the last snapshot of each queue it watches:
-
-- ``echomq_up{queue}``: 1 when the last read answered and is younger than ``max_age_s``;
-  when it is 0 the queue's other series are left out rather than reported stale.
-- ``echomq_jobs{queue,state}``: jobs by state (pending, active, scheduled, completed, dead).
-- ``echomq_lanes{queue}``: non-empty lanes; ``echomq_lane_depth{queue,lane}`` for the
-  first ``lanes`` of them, served next first (0, the default, lists none: a lane label per
-  player would grow without bound).
-- ``echomq_workers_alive{queue}``: consumers in the worker registry.
-- ``echomq_paused{queue}``: 1 while the queue is paused (``Queue.pause``).
-- ``echomq_transitions_total{queue,transition}``: the queue's counters (enqueued, claimed,
-  completed, failed, reaped, dead, …), as ``stats()["counters"]`` names them.
-- ``echomq_refused_total{queue,op}``: stale calls refused by fencing, by operation.
-- ``echomq_snapshot_age_seconds{queue}``: how old the numbers are.
-
-A read costs two commands per queue (the ``stats`` script with ``max_lanes=lanes``, whose
-cost does not grow with the queue, and one ``ZCARD``), whatever the queue holds.
-
-Scrapes are synchronous and echomq is asyncio, so the collector never talks to Valkey
-itself: :meth:`QueueCollector.refresh` (async) reads a snapshot, and :meth:`collect` only
-formats the last one. An asyncio web app awaits ``refresh()`` in its ``/metrics`` handler
-(fresh numbers on every scrape); a process served by prometheus-client's own thread runs
-:meth:`QueueCollector.run` as a task beside its consumer. A synchronous client inside
-``collect`` would have been the other way: it would need a second connection of its own
-(its URL, credentials, TLS, cluster map) beside the process's asyncio one, which is bound
-to its event loop and cannot be used from the scrape thread, and it would block that
-thread on Valkey.
-"""
+A scrape only formats the last snapshot :meth:`QueueCollector.refresh` read: scrapes are
+synchronous and echomq's client is bound to its event loop (docs/api/metrics.md)."""
 
 from __future__ import annotations
 

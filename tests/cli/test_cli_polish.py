@@ -148,6 +148,7 @@ def test_mash_without_any_admin_token_says_where_to_put_it() -> None:
     assert_one_line(done, "CODEMOJEX_ADMIN_TOKEN")
 
 
+@pytest.mark.slow
 def test_mash_takes_the_admin_token_from_the_environment(
     start_up: Callable[..., Up], tmp_path: Path
 ) -> None:

@@ -242,6 +242,7 @@ async def _setup(q: echomq.Queue) -> tuple[str, int]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(wrong=wrong_calls())
+@pytest.mark.slow
 def test_a_wrong_argument_is_refused_and_changes_nothing(
     valkey_url: str,
     wrong: tuple[int, str, Any],

@@ -130,6 +130,7 @@ async def _play(url: str, steps: list[Op]) -> None:
 @pytest.mark.timeout(max(120, EXAMPLES * 2))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=ops)
+@pytest.mark.slow
 def test_the_real_scripts_claim_in_the_models_order(valkey_url: str, steps: list[Op]) -> None:
     asyncio.run(_play(valkey_url, steps))
 

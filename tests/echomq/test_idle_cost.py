@@ -13,6 +13,7 @@ from tests.echomq.idle_cost import measure
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_an_idle_consumer_sends_at_most_one_command_a_second() -> None:
     got = measure(workers=2, window_s=12.0, settle_s=2.0)
     print(got)

@@ -40,7 +40,10 @@ async def test_a_woken_job_whose_park_reply_is_lost_runs_once_with_no_stall(
         heartbeat_ms=100,
         reap_interval_ms=100,
     )
-    proxy.arm.marker = b"BLPOP"  # only a park sends it: its reply, with the claim's, is lost
+    # The park's BLPOP on the wake key (the scheduler blocks on a key of its own): its
+    # reply, with the claim's, is lost.
+    wake = q.keys.wake.encode()
+    proxy.arm.marker = b"BLPOP\r\n$%d\r\n%s\r\n" % (len(wake), wake)
     task = asyncio.create_task(consumer.run())
     try:
 

@@ -104,6 +104,7 @@ async def _play(
     return w
 
 
+@pytest.mark.slow
 async def test_honest_jobs_jump_the_mashers_and_the_mashers_still_get_their_turn(
     redis_conn: redis.asyncio.Redis, queue_name: str
 ) -> None:
@@ -168,6 +169,7 @@ async def test_one_fifo_lane_breaks_the_bound(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 async def test_through_the_game_honest_guesses_jump_the_mashers(
     start_up: Callable[..., Up],
 ) -> None:

@@ -17,6 +17,7 @@ from harness.running import ROOT, Up
 pytestmark = pytest.mark.timeout(90)
 
 
+@pytest.mark.slow
 async def test_a_mash_under_chaos_loses_nothing_and_doubles_nothing(
     start_up: Callable[..., Up], tmp_path: Path
 ) -> None:
@@ -61,6 +62,7 @@ async def test_a_mash_under_chaos_loses_nothing_and_doubles_nothing(
     assert "data:image/png;base64," in (report / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_verdict_and_exits_zero(start_up: Callable[..., Up]) -> None:
     up = start_up("--workers", "1")
     done = subprocess.run(

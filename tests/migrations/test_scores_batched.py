@@ -294,6 +294,7 @@ def shared_database_url(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(plan=plans())
+@pytest.mark.slow
 def test_batching_leaves_the_rows_one_at_a_time_writes_leave(
     shared_database_url: str, plan: Plan
 ) -> None:

@@ -135,6 +135,7 @@ async def _raw_guess(
     return status, headers, payload
 
 
+@pytest.mark.slow
 async def test_the_valkey_pool_waits_for_a_connection_instead_of_failing(
     configure: Any, private_valkey: EmbeddedValkey
 ) -> None:

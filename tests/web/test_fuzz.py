@@ -150,6 +150,7 @@ def _assert_contract_answer(resp: httpx.Response, ok: set[int]) -> None:
     body=_bodies(st.fixed_dictionaries({"name": json_values | st.text(max_size=40)})),
     headers=_headers(header_text.map(lambda t: t.encode("latin-1")) | st.none()),
 )
+@pytest.mark.slow
 def test_fuzzed_joins_get_only_contract_answers(
     running: Running, body: bytes, headers: dict[bytes, bytes]
 ) -> None:
@@ -159,6 +160,7 @@ def test_fuzzed_joins_get_only_contract_answers(
 
 @FUZZ
 @given(data=st.data())
+@pytest.mark.slow
 def test_fuzzed_guesses_get_only_contract_answers(running: Running, data: st.DataObject) -> None:
     palette = st.sampled_from(running.palette)
     guess = st.one_of(
@@ -184,6 +186,7 @@ ALLOWED_CLOSES = {1003, 1007, 1008, 1009}
 
 @FUZZ
 @given(data=st.data())
+@pytest.mark.slow
 def test_fuzzed_socket_frames_get_errors_or_allowed_closes(
     running: Running, data: st.DataObject
 ) -> None:

@@ -49,6 +49,7 @@ async def _honest_player(
         await asyncio.sleep(rng.uniform(0.75, 1.25) * HONEST_EVERY_S)
 
 
+@pytest.mark.slow
 async def test_honest_players_behind_the_mashers_address_keep_their_guesses(
     configure: Any,
 ) -> None:

@@ -136,6 +136,7 @@ async def test_a_new_socket_gets_the_bounded_snapshot(served: Served) -> None:
 
 
 @pytestmark_served
+@pytest.mark.slow
 async def test_a_crowded_process_stretches_the_interval(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:

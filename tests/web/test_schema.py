@@ -59,6 +59,7 @@ def running(
         assert httpx.get(f"{base}/livez").status_code == 200
 
 
+@pytest.mark.slow
 def test_the_server_answers_as_its_openapi_document_says(running: Running, tmp_path: Path) -> None:
     config = tmp_path / "schemathesis.toml"
     config.write_text(

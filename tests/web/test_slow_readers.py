@@ -34,6 +34,7 @@ def _tiny_socket(port: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 async def test_a_long_replay_to_a_slow_reader_is_not_an_eviction(served: Served) -> None:
     player = await served.new_player("Slow")
     rnd = await served.current_round()
