@@ -31,19 +31,8 @@ local K_NEW, K_PENDING, K_ACTIVE, K_SCHEDULED, K_DEAD, K_COUNTERS, K_EVENTS, K_W
 
 local worker, lease_ms, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local claim_id, memo_ms = ARGV[5] or '', tonumber(ARGV[6] or '0')
-local refused = claim_precheck()
-if refused then return refused end
-local now = server_now()
-local replayed = claim_replay(worker, claim_id)
-if replayed then
-  -- The same call again: its first run's reply was lost. Nothing is popped or leased.
-  local out = {now, next_due()}
-  for _, claim in ipairs(replayed) do out[#out + 1] = claim end
-  redis.call('HINCRBY', K_COUNTERS, 'replayed', 1)
-  return out
-end
-if paused() then return {now, -1} end
-promote(now, tonumber(ARGV[4]))
+local now, reply = claim_begin(worker, claim_id, tonumber(ARGV[4]))
+if not now then return reply end
 
 local out = {now, next_due()}
 local popped = redis.call('ZPOPMIN', K_PENDING, count)

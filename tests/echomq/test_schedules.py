@@ -87,14 +87,16 @@ async def test_catch_up_one_fires_one_job_for_the_missed_ticks(q: echomq.Queue) 
 
 async def test_pause_resume_remove_and_list(q: echomq.Queue) -> None:
     await q.schedules.add("a", 1, every_ms=50_000)
-    await q.schedules.add("b", 2, cron="*/5 * * * *", missed="catch_up_one")
+    # Once a year, so it is due after "a" whatever the time of the run (a */5 cron was due
+    # first in the last 50 s before each fifth minute).
+    await q.schedules.add("b", 2, cron="0 0 1 1 *", missed="catch_up_one")
     assert [s.name for s in await q.schedules.list()] == ["a", "b"]
     assert await q.schedules.pause("a") is True
     assert await q.schedules.pause("a") is False
     assert [s.name for s in await q.schedules.list()] == ["b", "a"]  # paused: last
     listed = {s.name: s for s in await q.schedules.list()}
     assert listed["a"].paused and listed["a"].next_due_ms is None
-    assert listed["b"].cron == "*/5 * * * *" and listed["b"].missed_policy == "catch_up_one"
+    assert listed["b"].cron == "0 0 1 1 *" and listed["b"].missed_policy == "catch_up_one"
     assert listed["b"].next_due_ms is not None and listed["b"].next_due_ms % 300_000 == 0
     # Paused: never due, however long ago its tick was.
     await q.conn.hset(q.keys.schedule("a"), "next", 1)

@@ -367,6 +367,25 @@ local function claim_replay(worker, claim_id)
   return out
 end
 
+-- The opening both claims share: the precheck, a re-run's replay, the pause, due jobs
+-- promoted. Returns now to go on, or nil and the reply to return as it is.
+local function claim_begin(worker, claim_id, promote_limit)
+  local refused = claim_precheck()
+  if refused then return nil, refused end
+  local now = server_now()
+  local replayed = claim_replay(worker, claim_id)
+  if replayed then
+    -- The same call again: its first run's reply was lost. Nothing is popped or leased.
+    local out = {now, next_due()}
+    for _, claim in ipairs(replayed) do out[#out + 1] = claim end
+    redis.call('HINCRBY', K_COUNTERS, 'replayed', 1)
+    return nil, out
+  end
+  if paused() then return nil, {now, -1} end  -- nothing, and no due time to wake for
+  promote(now, promote_limit)
+  return now
+end
+
 -- A holder presumed dead: its lease expired or its heartbeat lapsed. Count the stall
 -- apart from failures; out of deliveries -> dead, else back to its lane. A row whose
 -- counts HINCRBY would refuse goes dead as malformed instead of stopping the reaper.
