@@ -113,6 +113,8 @@ async def test_pause_resume_remove_and_list(q: echomq.Queue) -> None:
 
 
 async def test_a_cron_tick_fires_and_advances_to_the_next_cron_time(q: echomq.Queue) -> None:
+    if (await q.server_time_ms()) % 2_000 > 1_200:  # a tick boundary could pass mid-test
+        await asyncio.sleep(0.9)
     await q.schedules.add("c", "x", cron="*/2 * * * * *")  # every 2 s (seconds first)
     [info] = await q.schedules.list()
     assert info.next_due_ms is not None and info.next_due_ms % 2_000 == 0
