@@ -18,6 +18,11 @@ def round_key(round_id: str) -> str:
     return f"cmx:{{rounds}}:round:{round_id}"
 
 
+# The rounds queue's schedule (EchoMQ's, under ``emq:{rounds}:``) whose ticks are the
+# periodic sweep: a current round exists, dead jobs reach the durable floor.
+SWEEP_SCHEDULE = "sweep"
+
+
 # String: the guesses queue's partition count, recorded by the first process (codemojex.layout).
 LAYOUT = "cmx:layout:partitions"
 

@@ -7,6 +7,11 @@ many web and worker processes run — and however often the close job is deliver
 one round follows each close. A crash between the swap and enqueueing the next close job heals
 itself: the redelivered close job (or :meth:`Rounds.ensure`) finds the successor
 already open and enqueues its close job, idempotently by its pre-minted id.
+
+The same queue carries the game's periodic sweep (``Rounds.ensure``, then the durable
+floor's archive): one EchoMQ schedule, :data:`~codemojex.keys.SWEEP_SCHEDULE`, whose tick
+is enqueued once however many workers run, so the game sweeps once per tick, not once per
+worker. Its jobs carry :data:`SWEEP_PAYLOAD`; a close job carries ``{"round_id": ...}``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,17 @@ from codemojex.views import RoundView
 # A close handled this long after closes_at means the game was down: open a fresh round
 # now rather than a back-dated one that would already be over (no catch-up).
 DOWNTIME_TOLERANCE_MS = 5_000
+
+# The sweep's period: a round whose close job was lost is replaced within this, and a
+# dead job reaches SQL within it.
+SWEEP_EVERY_MS = 5_000
+SWEEP_PAYLOAD: dict[str, str] = {"kind": "sweep"}
+
+
+def is_sweep(payload: Any) -> bool:
+    """Whether a rounds-queue job is a sweep tick (else it is a round's close job)."""
+    return isinstance(payload, dict) and payload.get("kind") == SWEEP_PAYLOAD["kind"]
+
 
 _OPEN_ROUND = echomq.scripts.Script.from_file(Path(__file__).with_name("lua") / "open_round.lua")
 
@@ -118,6 +134,29 @@ class Rounds:
             assert info is not None
         await self._schedule_close(info)
         return info
+
+    async def schedule_sweep(self) -> bool:
+        """Make sure the sweep's schedule exists as the game needs it; True if this call
+        (re)wrote it. ``add`` restarts a schedule's period from now, so a schedule already
+        right is left alone: workers that keep restarting (a crash loop, a kill storm)
+        would otherwise push its tick back at every start and no sweep would ever fire.
+        Two workers that both find it missing both add it, the later a few ms after. A
+        paused one is added again, unpaused: the game relies on its sweeps."""
+        have = await self.queue.schedules.get(keys.SWEEP_SCHEDULE)
+        if (
+            have is not None
+            and not have.paused
+            and have.every_ms == SWEEP_EVERY_MS
+            and have.cron is None
+            and have.lane is None
+            and have.missed_policy == "skip"
+            and have.payload == SWEEP_PAYLOAD
+        ):
+            return False
+        await self.queue.schedules.add(
+            keys.SWEEP_SCHEDULE, SWEEP_PAYLOAD, every_ms=SWEEP_EVERY_MS, missed="skip"
+        )
+        return True
 
     async def handle_close(self, claim: echomq.Claim) -> dict[str, Any]:
         """Handler of the ``rounds`` queue: close ``payload.round_id``, open its successor."""

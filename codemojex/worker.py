@@ -1,5 +1,6 @@
-"""One ScoreWorker process: the guesses consumer, the rounds consumer, the durable-floor
-sweep and the kill-order listener, until SIGTERM (clean stop) or a kill order (SIGKILL)."""
+"""One ScoreWorker process: the guesses consumer, the rounds consumer (round closes and
+the periodic sweep's ticks) and the kill-order listener, until SIGTERM (clean stop) or a
+kill order (SIGKILL)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -19,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import echomq
 import echomq.errors
 import echomq.ids
-from codemojex import control, crashpoints, keys, store, tracing
+from codemojex import control, crashpoints, keys, rounds, store, tracing
 from codemojex.admin import Admin
 from codemojex.config import Config
 from codemojex.game import Game
@@ -39,6 +41,7 @@ async def _until_ready(game: Game) -> None:
         try:
             await game.rounds.ensure()
             await game.agree_on_layout()  # LayoutMismatch: a configuration error, not retried
+            await game.rounds.schedule_sweep()
             return
         except (*echomq.errors.TRANSIENT, redis.RedisError, SQLAlchemyError) as e:
             delay = backoff.next_delay()
@@ -92,15 +95,25 @@ async def _keep_health_file(game: Game, path: Path) -> None:
         await asyncio.sleep(HEALTH_INTERVAL_S)
 
 
-async def _keep_rounds_and_floor(game: Game) -> None:
+def round_jobs(game: Game) -> echomq.Handler:
+    """The rounds consumer's handler: a sweep tick (``rounds.is_sweep``) makes sure a
+    round is current (opening the next one if it is missing) and archives dead jobs to
+    the durable floor; any other job is a round's close."""
     admin = Admin(game)
-    while True:
-        await asyncio.sleep(5)
+
+    async def handle(claim: echomq.Claim) -> dict[str, Any]:
+        if not rounds.is_sweep(claim.payload):
+            return await game.rounds.handle_close(claim)
         try:
-            await game.rounds.ensure()
-            await admin.archive_dead()
-        except Exception as e:  # noqa: BLE001 - a sweep that fails now runs again in 5 s
+            current = await game.rounds.ensure()
+            archived = await admin.archive_dead()
+        except Exception as e:  # noqa: BLE001 - a sweep that fails now runs again next tick
             log.warning("round/floor sweep failed: %s", e)
+            return {"swept": False}
+        # No "closed"/"opened" here: the hub announces rotations, which a sweep is not.
+        return {"swept": True, "round_id": current.round_id, "archived": archived}
+
+    return handle
 
 
 def _fault_hooks() -> list[echomq.Hooks]:
@@ -154,10 +167,12 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         probe_max_ms=500,
         hooks=_fault_hooks(),
     )
-    rounds = echomq.Consumer(
+    round_consumer = echomq.Consumer(
         game.rounds.queue,
-        game.rounds.handle_close,
+        round_jobs(game),
         lease_ms=10_000,
+        # A sweep held up by a slow database must not hold up a round's close behind it.
+        concurrency=2,
         source="jobs",
         worker_id=f"{worker_id}-rounds",
         lapse_ms=config.lapse_ms,
@@ -174,8 +189,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
             await control.remember_worker(game.conn, worker_id)
         tasks = [
             asyncio.create_task(_listen_for_kill(config.valkey_url, worker_id, guesses)),
-            asyncio.create_task(_keep_rounds_and_floor(game)),
-            asyncio.create_task(rounds.run()),
+            asyncio.create_task(round_consumer.run()),
         ]
         if config.health_file:
             tasks.append(asyncio.create_task(_keep_health_file(game, Path(config.health_file))))
@@ -183,7 +197,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
 
         def stop_both() -> None:
             guesses.stop()
-            rounds.stop()
+            round_consumer.stop()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop_both)
@@ -192,7 +206,7 @@ async def run_worker(config: Config, worker_id: str | None = None) -> None:
         )
         await guesses.run()
     finally:
-        rounds.stop()
+        round_consumer.stop()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
