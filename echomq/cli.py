@@ -202,8 +202,14 @@ async def _session(args: argparse.Namespace, out: Console) -> int:
         )
         await run(q, args, out)
         return 0
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-        # AuthenticationError is a ConnectionError: a wrong password lands here too.
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        OSError,
+        redis.exceptions.RedisClusterException,
+    ) as e:
+        # AuthenticationError is a ConnectionError: a wrong password lands here too. A
+        # cluster none of whose seeds answers raises RedisClusterException, not a RedisError.
         return _fail(f"cannot reach Valkey at {where}: {e}", EXIT_UNREACHABLE)
     except redis.exceptions.RedisError as e:
         return _fail(f"Valkey at {where} answered an error: {e}", EXIT_UNREACHABLE)

@@ -4,6 +4,8 @@ Most calls run ``echomq.cli.main`` in a thread of this process (its own event lo
 test's output captured); the unreachable-server, entry-point and running ``worker`` tests
 run the command as a child process, as an operator would (a worker's signal handlers need
 its main thread).
+
+One ``worker`` case runs against the session's Valkey Cluster.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 import echomq
 import echomq.registry
 from echomq import cli
+from harness.cluster import ValkeyCluster
 from harness.helpers import free_port
 
 PASSWORD = "hunter2hunter2"
@@ -225,6 +228,18 @@ async def test_every_command_says_an_unreachable_server_in_one_line() -> None:
         assert (code, out) == (2, ""), command
         assert err.startswith(f"echomq: cannot reach Valkey at redis://:***@127.0.0.1:{port}/0")
         assert err.count("\n") == 1 and PASSWORD not in err
+
+
+async def test_every_command_says_an_unreachable_cluster_in_one_line() -> None:
+    port = free_port()  # a cluster none of whose seeds answers
+    url = f"redis+cluster://:{PASSWORD}@127.0.0.1:{port}/0"
+    for command in (["stats", "q"], ["dead", "q"], ["retry", "q", "JOB_x"], ["workers", "q"]):
+        code, out, err = await echomq_cli(*command, "--url", url, "--json")
+        assert (code, out) == (2, ""), command
+        assert err.startswith(
+            f"echomq: cannot reach Valkey at redis+cluster://:***@127.0.0.1:{port}/0"
+        )
+        assert err.count("\n") == 1 and "Traceback" not in err and PASSWORD not in err
 
 
 async def test_the_url_comes_from_echomq_url_when_not_given(
@@ -498,3 +513,77 @@ async def test_worker_consumes_every_partition_of_a_partitioned_queue(
     with running_worker(app_dir, *argv, "cli_handlers:echo") as proc:
         await wait_for(lambda: completed(p.get, ids), timeout=30)
         await stopped_cleanly(proc, signal.SIGTERM)
+
+
+WHOAMI = """
+import asyncio
+import os
+
+
+async def whoami(claim):
+    if claim.payload.get("slow"):
+        with open(claim.payload["started"], "w"):
+            pass
+        await asyncio.sleep(claim.payload["slow"])
+    return {"pid": os.getpid(), "lane": claim.lane, "n": claim.payload.get("n")}
+"""
+
+
+@pytest.fixture
+def whoami_dir(app_dir: str) -> str:
+    """``app_dir`` with ``cli_whoami:whoami``, a handler whose result names the process that
+    ran it (a finished job's row no longer names its worker)."""
+    with open(os.path.join(app_dir, "cli_whoami.py"), "w", encoding="utf-8") as f:
+        f.write(WHOAMI)
+    return app_dir
+
+
+@pytest.mark.parametrize("valkey_backend", ["cluster"], indirect=True)
+async def test_worker_on_a_valkey_cluster_serves_lanes_and_the_plain_queue(
+    q: echomq.Queue, valkey_cluster: ValkeyCluster, whoami_dir: str
+) -> None:
+    app_dir = whoami_dir
+    # The scheme marks the cluster (the harness's own URL marks it in the query instead).
+    url = f"redis+cluster://127.0.0.1:{valkey_cluster.ports[0]}/0"
+    laned = [await q.lanes.enqueue(lane, {"n": n}) for n in range(3) for lane in ("alice", "bob")]
+    plain = [await q.jobs.enqueue({"n": n}) for n in range(3)]
+    argv = ("--url", url, "--queue", q.name, "--concurrency", "2", "cli_whoami:whoami")
+    with (
+        running_worker(app_dir, "--source", "lanes", *argv) as lanes_proc,
+        running_worker(app_dir, "--source", "jobs", *argv) as jobs_proc,
+    ):
+        await wait_for(lambda: completed(q.jobs.get, [*laned, *plain]), timeout=30)
+        found = await echomq.registry.workers(q)
+        assert len(found) == 2 and {w.pid for w in found} == {lanes_proc.pid, jobs_proc.pid}
+        lanes: set[str | None] = set()
+        for ids, pid in ((laned, lanes_proc.pid), (plain, jobs_proc.pid)):
+            for job_id in ids:  # each source served by the worker claiming from it
+                info = await q.jobs.get(job_id)
+                assert info is not None and info.result["pid"] == pid
+                assert info.result["lane"] == info.lane and info.result["n"] == info.payload["n"]
+                lanes.add(info.lane)
+        assert lanes == {"alice", "bob", None}
+
+        # Enqueued while both workers are parked: a delayed plain job runs once it is due.
+        later = await q.jobs.enqueue({"n": -1}, delay_ms=500)
+        await wait_for(lambda: completed(q.jobs.get, [later]), timeout=30)
+        info = await q.jobs.get(later)
+        assert info is not None and info.finished_at_ms is not None
+        assert info.finished_at_ms >= info.enqueued_at_ms + 500  # never before its time
+        assert info.result == {"pid": jobs_proc.pid, "lane": None, "n": -1}
+
+        # A lane job whose handler is running at SIGTERM is finished (drained), not abandoned.
+        started = os.path.join(app_dir, "started")
+        slow = await q.lanes.enqueue("carol", {"slow": 1.0, "started": started, "n": 7})
+
+        async def running() -> bool:
+            return os.path.exists(started)
+
+        await wait_for(running, timeout=30)
+        err = await stopped_cleanly(lanes_proc, signal.SIGTERM)
+        assert f"at {url}" in err and "drained and stopped" in err
+        info = await q.jobs.get(slow)
+        assert info is not None and info.state == "completed"
+        assert info.result == {"pid": lanes_proc.pid, "lane": "carol", "n": 7}
+        await stopped_cleanly(jobs_proc, signal.SIGTERM)
+        assert await echomq.registry.workers(q) == []  # both left the registry
