@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,9 @@ from codemojex import keys, store
 from codemojex.config import Config
 from codemojex.game import Game
 from codemojex.rounds import SWEEP_EVERY_MS, SWEEP_PAYLOAD
-from codemojex.worker import round_jobs
+from codemojex.worker import round_jobs, run_worker
 from echomq.schedules import tick_job_id
+from harness.cluster import ValkeyCluster
 from tests.game.test_exactly_once import wait_until
 from tests.game.test_partitioned_game import _spawn_worker
 
@@ -120,3 +122,54 @@ async def test_two_workers_sweep_once_per_tick(game: Game, config: Config) -> No
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
+
+
+@pytest.mark.slow
+async def test_the_sweep_ticks_on_a_partitioned_game_on_a_cluster(tmp_path: Path) -> None:
+    # Each queue in its own slot: the schedule's keys are the rounds queue's, the sweep
+    # archives a death from a guesses partition on another master.
+    cluster = ValkeyCluster(tmp_path / "cluster", masters=3)
+    cluster.start()
+    try:
+        config = Config(
+            valkey_url=cluster.url,
+            data_dir=tmp_path,
+            partitions=3,
+            lease_ms=2_000,
+            lapse_ms=500,
+            reap_interval_ms=200,
+        )
+        await store.migrate_async(config.sql_url)
+        game = Game.connect(config)
+        try:
+            partition = game.queues.partitions[1]
+            dead = await partition.jobs.enqueue({"n": 0}, max_attempts=1)
+            assert await partition.jobs.claim("WRK_doomed", 100) is not None
+            await asyncio.sleep(0.15)
+            await wait_until(lambda: _reaped(partition, dead))
+            worker = asyncio.create_task(run_worker(config, "WRK_cluster"))
+            try:
+
+                async def swept() -> bool:
+                    info = await game.rounds.queue.schedules.get(keys.SWEEP_SCHEDULE)
+                    if info is None or info.fired < 1 or info.next_due_ms is None:
+                        return False
+                    due = info.next_due_ms - SWEEP_EVERY_MS
+                    job = tick_job_id(game.rounds.queue.name, keys.SWEEP_SCHEDULE, due)
+                    row = await game.rounds.queue.jobs.get(job)
+                    return row is not None and row.state == "completed"
+
+                await wait_until(swept, timeout=30)
+            finally:
+                worker.cancel()
+                await asyncio.gather(worker, return_exceptions=True)
+            rows = await store.list_dead(game.engine, limit=10)
+            assert [(r.job_id, r.queue) for r in rows] == [(dead, partition.name)]
+        finally:
+            await game.close()
+    finally:
+        cluster.stop()
+
+
+async def _reaped(queue: echomq.Queue, job_id: str) -> bool:
+    return job_id in await queue.stalled.reap(limit=10)
