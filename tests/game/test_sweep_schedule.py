@@ -125,21 +125,15 @@ async def test_two_workers_sweep_once_per_tick(game: Game, config: Config) -> No
 
 
 @pytest.mark.slow
-async def test_the_sweep_ticks_on_a_partitioned_game_on_a_cluster(tmp_path: Path) -> None:
-    # Each queue in its own slot: the schedule's keys are the rounds queue's, the sweep
-    # archives a death from a guesses partition on another master.
+async def test_the_sweep_ticks_on_a_partitioned_game_on_a_cluster(
+    config: Config, tmp_path: Path
+) -> None:
+    # Each queue in its own slot: the schedule's keys are in the rounds queue's, and the
+    # sweep archives a death from a guesses partition's.
     cluster = ValkeyCluster(tmp_path / "cluster", masters=3)
     cluster.start()
     try:
-        config = Config(
-            valkey_url=cluster.url,
-            data_dir=tmp_path,
-            partitions=3,
-            lease_ms=2_000,
-            lapse_ms=500,
-            reap_interval_ms=200,
-        )
-        await store.migrate_async(config.sql_url)
+        config = config.with_(valkey_url=cluster.url, partitions=3)  # the same SQLite
         game = Game.connect(config)
         try:
             partition = game.queues.partitions[1]
