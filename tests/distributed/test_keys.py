@@ -15,10 +15,11 @@ what these tests pin on a real 3-master cluster:
   not refused for a script without flags (``#!lua`` would refuse it), which is exactly
   why no key may be built without the prefix: the server would not catch it.
 
-What the prefix scheme does not cover: a live resharding of the queue's slot. While the
-slot migrates, the source node redirects every script (its declared prefix is never a key
-that exists) to the target, where undeclared keys may not have arrived yet. Do not move
-a running queue's slot; see docs/reliability.md.
+What the prefix alone would not cover: a live resharding of the queue's slot. While the
+slot migrates, the source node would redirect a script (its declared prefix is never a key
+that exists) to the target, where undeclared keys may not have arrived yet; every script
+also declares the never-written fence key, so a split slot answers TRYAGAIN instead
+(tests/distributed/test_resharding.py, docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ GROUPS: dict[str, Group] = {
             "web.hub.xǁHubǁjoin*",
             "web.sockets.xǁSocketsǁjoin*",
             "web.sockets.xǁSocketsǁleave*",
-            "web.hub.xǁHubǁ_offer*",
+            "web.hub.xǁHubǁoffer*",
         ),
     ),
     "echomq": Group(
@@ -191,7 +191,7 @@ EQUIVALENT: dict[str, str] = {
         (f"codemojex.rules.x_feedback__mutmut_{n}" for n in (8, 11, 12)),
         "zip's strictness: the lengths were checked equal on the line before",
     ),
-    "web.hub.xǁHubǁ_offer__mutmut_3": (
+    "web.hub.xǁHubǁoffer__mutmut_3": (
         "`evicted or mine` for `evicted and mine`: offer() fails only once evicted is set"
     ),
     "web.replay.xǁReplaysǁreplay__mutmut_15": (
