@@ -18,6 +18,49 @@ from bench.queue.lifecycle import drain, print_lifecycle
 from bench.queue.output import console, fmt, progress
 
 
+async def _peer_drain(
+    conn: aioredis.Redis,
+    url: str,
+    *,
+    lib: str,
+    queue: str,
+    waiting_key: str,
+    procs: int,
+    n: int,
+    concurrency: int,
+    fsync: str,
+    enq_s: float,
+) -> dict[str, Any]:
+    """Drain ``n`` jobs a peer enqueued in ``enq_s`` with ``procs`` of its workers; done is
+    read off the peer's own sorted set of unfinished jobs, ``waiting_key``."""
+
+    async def done() -> int:
+        return n - int(await conn.zcard(waiting_key))
+
+    r = await drain(
+        conn,
+        url,
+        lib=lib,
+        queue=queue,
+        procs=procs,
+        n=n,
+        done=done,
+        label=f"{lib} drain x{procs}",
+        extra_args=["--concurrency", str(concurrency)],
+        timeout=max(60.0, n / 100),
+    )
+    return {
+        "lib": lib,
+        "appendfsync": fsync,
+        "source": "queue",
+        "procs": procs,
+        "jobs": n,
+        "concurrency": concurrency,
+        "enqueue_per_s": round(n / enq_s, 1),
+        **r,
+    }
+
+
 async def saq_lifecycle(
     conn: aioredis.Redis, url: str, *, procs: int, n: int, concurrency: int, fsync: str
 ) -> dict[str, Any]:
@@ -31,33 +74,18 @@ async def saq_lifecycle(
         enq_s = await enqueue_each(f"saq enqueue {n}", n, lambda: sq.enqueue("noop"))
     finally:
         await sq.disconnect()
-    incomplete = f"saq:{name}:incomplete"
-
-    async def done() -> int:
-        return n - int(await conn.zcard(incomplete))
-
-    r = await drain(
+    return await _peer_drain(
         conn,
         url,
         lib="saq",
         queue=name,
+        waiting_key=f"saq:{name}:incomplete",
         procs=procs,
         n=n,
-        done=done,
-        label=f"saq drain x{procs}",
-        extra_args=["--concurrency", str(concurrency)],
-        timeout=max(60.0, n / 100),
+        concurrency=concurrency,
+        fsync=fsync,
+        enq_s=enq_s,
     )
-    return {
-        "lib": "saq",
-        "appendfsync": fsync,
-        "source": "queue",
-        "procs": procs,
-        "jobs": n,
-        "concurrency": concurrency,
-        "enqueue_per_s": round(n / enq_s, 1),
-        **r,
-    }
 
 
 async def arq_lifecycle(
@@ -72,32 +100,18 @@ async def arq_lifecycle(
         enq_s = await enqueue_each(f"arq enqueue {n}", n, lambda: pool.enqueue_job("noop"))
     finally:
         await pool.aclose()
-
-    async def done() -> int:
-        return n - int(await conn.zcard(name))
-
-    r = await drain(
+    return await _peer_drain(
         conn,
         url,
         lib="arq",
         queue=name,
+        waiting_key=name,
         procs=procs,
         n=n,
-        done=done,
-        label=f"arq drain x{procs}",
-        extra_args=["--concurrency", str(concurrency)],
-        timeout=max(60.0, n / 100),
+        concurrency=concurrency,
+        fsync=fsync,
+        enq_s=enq_s,
     )
-    return {
-        "lib": "arq",
-        "appendfsync": fsync,
-        "source": "queue",
-        "procs": procs,
-        "jobs": n,
-        "concurrency": concurrency,
-        "enqueue_per_s": round(n / enq_s, 1),
-        **r,
-    }
 
 
 async def enqueue_each(
