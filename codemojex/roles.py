@@ -10,6 +10,7 @@ import socket
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from codemojex.collector import quiet_collector
 from codemojex.launch import (
     Fatal,
     config_of,
@@ -55,6 +56,7 @@ def web(args: argparse.Namespace) -> int:
             headers=run_header(),
         )
     )
+    quiet_collector()
     if config.web_processes > 1:
         # One of several web processes of one `up`: each binds the port with SO_REUSEPORT.
         # Only then: a lone server must fail on a port someone else holds.
@@ -101,6 +103,7 @@ def worker(args: argparse.Namespace) -> int:
 
     from codemojex.worker import run_worker
 
+    quiet_collector()
     run_loop(run_worker(config, options_of(args).worker_id))
     return 0
 
