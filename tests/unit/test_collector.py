@@ -18,4 +18,3 @@ def test_quiet_collector_freezes_and_raises_the_thresholds() -> None:
     before, frozen, *thresholds = out.stdout.split()
     assert before == "0" and frozen == "True"
     assert tuple(map(int, thresholds)) == THRESHOLDS
-

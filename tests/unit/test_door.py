@@ -11,7 +11,7 @@ import pytest
 from starlette.types import Message
 
 from codemojex.admission import BucketMirror, address_key
-from web.door.admit import Shed, through
+from web.door.admit import HELD_MAX_S, HOLD_JITTER, Shed, hold_refusal, through
 from web.door.body import BodyDeadlines
 from web.door.gate import (
     HEAVY_FLOOR,
@@ -437,6 +437,32 @@ def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() 
     assert holds == [MIN_REFUSAL_S] * 8
     assert gate.refusal_hold("eight", sent) == MIN_REFUSAL_S  # one more sent back then
     assert gate.refusal_hold("eight", clock.t) == 2 * MIN_REFUSAL_S  # one sent just now
+
+
+async def test_held_refusals_are_spread_so_senders_refused_together_come_back_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each held refusal lasts its hold plus a random share of it (at most HOLD_JITTER, and
+    never past HELD_MAX_S): a gang refused at once is answered over a spread of times."""
+    clock = Clock()
+    gate = Gate(limit=1, wait_ms=50, address_limit=0, clock=clock)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("web.door.admit.asyncio.sleep", sleep)
+    for i in range(200):
+        await hold_refusal(gate, clock.t, f"masher-{i}")
+    assert all(MIN_REFUSAL_S <= s <= MIN_REFUSAL_S * (1 + HOLD_JITTER) for s in slept)
+    assert max(slept) - min(slept) > 0.8 * HOLD_JITTER * MIN_REFUSAL_S  # spread, not in step
+    slept.clear()
+    gate.refused["early"] = (clock.t, 8)  # a sender back early again and again: the cap
+    for _ in range(50):
+        await hold_refusal(gate, clock.t, "early")
+        gate.refused["early"] = (clock.t, 8)
+    assert all(MAX_REFUSAL_S <= s <= HELD_MAX_S for s in slept)
+    assert max(slept) - min(slept) > 0.5 * (HELD_MAX_S - MAX_REFUSAL_S)
 
 
 async def test_an_address_sending_many_requests_without_a_token_is_heavy_by_its_own_rate(

@@ -4,6 +4,7 @@ and the refusal that comes out when it is not let in."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -19,6 +20,14 @@ ADDRESS_SHARE = 1024.0
 # outside its address's bound: a guess and a read, or a guess and its retry. Past that, its
 # requests count against its address like any other.
 PLAYER_IN_FLIGHT = 2
+# A held refusal lasts up to this share longer, at random: senders refused together (a gang
+# of mashers that starts at once, 1,600 requests in its first second) would otherwise come
+# back together, every refusal hold, as one wave the event loop serves before anyone else
+# (bench_door, 200 mashers: waves every ~4 s, the honest players' send→202 at 150-320 ms
+# for a second each time; with the jitter no wave after the first).
+# Never past HELD_MAX_S, under the 5 s many HTTP clients time out at (see MAX_REFUSAL_S).
+HOLD_JITTER = 0.5
+HELD_MAX_S = 4.8
 
 T = TypeVar("T")
 
@@ -135,8 +144,11 @@ async def through(
 
 async def hold_refusal(gate: Gate, arrived: float, sender: str) -> None:
     """Keep a refusal until :meth:`Gate.refusal_hold` after its request arrived: a client
-    that retries without waiting gains nothing by it (a held refusal is a timer, not work)."""
-    hold = gate.refusal_hold(sender, arrived) - (gate.clock() - arrived)
+    that retries without waiting gains nothing by it (a held refusal is a timer, not work).
+    Held up to :data:`HOLD_JITTER` longer, at random, so refusals do not come back in step."""
+    hold = gate.refusal_hold(sender, arrived)
+    hold += random.random() * max(0.0, min(HOLD_JITTER * hold, HELD_MAX_S - hold))
+    hold -= gate.clock() - arrived
     if hold > 0:
         await asyncio.sleep(hold)
     gate.refusal_answered(sender)
