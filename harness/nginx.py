@@ -6,7 +6,7 @@ that moves one fails here, loudly, rather than testing something else):
 
 * the upstream's ``server web:8000 resolve;`` becomes one ``server 127.0.0.1:PORT;`` per
   web process (Docker's DNS is not here, and Debian's nginx predates ``resolve``);
-* ``listen 80 …;`` becomes ``listen 127.0.0.1:PORT …;`` (its parameters kept);
+* ``listen 80;`` becomes ``listen 127.0.0.1:PORT;``;
 * the pid file, the error log and the temporary files go under the run's directory;
 * as root, ``user root;``: workers that fell back to nobody could not reach that directory.
 
@@ -100,9 +100,7 @@ def loopback_config(
         raise ValueError("nginx needs at least one upstream")
     servers = "".join(f"        server {host}:{p};\n" for host, p in upstreams)
     text = _once(r"^\s*server\s+web:\d+\s+resolve;\n", servers, text, "the upstream server")
-    text = _once(
-        r"^(\s*)listen\s+80(\s[^;]*)?;", rf"\g<1>listen 127.0.0.1:{port}\g<2>;", text, "listen 80"
-    )
+    text = _once(r"^(\s*)listen\s+80;", rf"\g<1>listen 127.0.0.1:{port};", text, "listen 80")
     head = [f"pid {prefix / 'nginx.pid'};", f"error_log {prefix / 'error.log'} notice;"]
     if root:
         head.append("user root;")

@@ -25,7 +25,7 @@ def test_only_the_loopback_lines_differ_from_the_shipped_config(tmp_path: Path) 
     upstreams = [("127.0.0.1", 8101), ("127.0.0.1", 8102)]
     text = loopback_config(SHIPPED_TEXT, upstreams, 8080, tmp_path, root=True)
     removed, added = _changes(SHIPPED_TEXT, text)
-    assert removed == ["server web:8000 resolve;", "listen 80 backlog=4096;"]
+    assert removed == ["server web:8000 resolve;", "listen 80;"]
     temp = [
         f"{n}_temp_path {tmp_path}/temp/{n};"
         for n in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
@@ -38,23 +38,20 @@ def test_only_the_loopback_lines_differ_from_the_shipped_config(tmp_path: Path) 
             *temp,
             "server 127.0.0.1:8101;",
             "server 127.0.0.1:8102;",
-            "listen 127.0.0.1:8080 backlog=4096;",
+            "listen 127.0.0.1:8080;",
         ]
     )
     assert "user root;" not in loopback_config(SHIPPED_TEXT, upstreams, 8080, tmp_path, root=False)
 
 
 @pytest.mark.parametrize(
-    ("line", "broken", "what"),
-    [
-        ("server web:8000 resolve;", "server web:8000 resolve ;;", "the upstream server"),
-        ("listen 80 backlog=4096;", "listen 8080 backlog=4096;", "listen 80"),
-    ],
+    ("line", "what"),
+    [("server web:8000 resolve;", "the upstream server"), ("listen 80;", "listen 80")],
 )
 def test_a_shipped_config_without_a_substituted_line_is_refused(
-    tmp_path: Path, line: str, broken: str, what: str
+    tmp_path: Path, line: str, what: str
 ) -> None:
-    changed = SHIPPED_TEXT.replace(line, broken, 1)
+    changed = SHIPPED_TEXT.replace(line, line.replace(";", " ;;"), 1)
     assert changed != SHIPPED_TEXT
     with pytest.raises(ConfigMismatch, match=what):
         loopback_config(changed, [("127.0.0.1", 1)], 2, tmp_path, root=False)
