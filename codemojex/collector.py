@@ -3,8 +3,8 @@
 The defaults (700, 10, 10) are made for short scripts. A web process holding a crowd of
 connections keeps 60,000–160,000 tracked objects alive, and under 200 mashers (bench_door,
 server on one core) its oldest generation was collected every few seconds in 32–102 ms
-pauses, with younger ones up to 40 ms: every such pause is the tail of the honest
-players' latency (their send→202 stalled 110–390 ms in groups). Almost everything a
+pauses, with the middle one up to 42 ms: each pause stalls every request the process
+holds, the honest players' among them. Almost everything a
 request allocates is freed by reference counting before a collection would see it, so
 collecting less often costs a little memory and saves CPU; the rare cycles still go.
 """
