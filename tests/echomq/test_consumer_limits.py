@@ -351,17 +351,18 @@ async def private(tmp_path: Path) -> AsyncIterator[EmbeddedValkey]:
 async def test_a_claim_too_large_to_read_in_time_halves_the_batch(
     private: EmbeddedValkey,
 ) -> None:
-    """24 jobs of 4 MB on 3 lanes, a client whose socket timeout is 250 ms: a claim of all
-    (96 MB, ~0.6-0.8 s here; one job ~20 ms) cannot be read in time. The same claim again would time out again, on the same
+    """24 jobs of 8 MB on 3 lanes, a client whose socket timeout is 250 ms: a claim of all
+    (192 MB; one job ~40 ms) cannot be read in time. (With 4 MB jobs a quiet machine once
+    read all 96 MB within the 250 ms, and the batch never had to halve.) The same claim again would time out again, on the same
     jobs, for ever; halving the batch on each timed-out claim gets them all through."""
     conn = redis.asyncio.Redis.from_url(private.url, socket_timeout=0.25)
     q = echomq.Queue(conn, "big")
     # The test's own view, on a connection without the short timeout (the server is busy
     # for the length of each big claim, and every client waits meanwhile); the jobs are
-    # enqueued through it too: a 4 MB enqueue may itself take 250 ms on a busy machine.
+    # enqueued through it too: an 8 MB enqueue may itself take 250 ms on a busy machine.
     view = redis.asyncio.Redis.from_url(private.url)
     seen = echomq.Queue(view, "big")
-    blob = "x" * 4_000_000
+    blob = "x" * 8_000_000
     ids = [await seen.lanes.enqueue(f"l{i % 3}", blob) for i in range(24)]
     runs = Counter[str]()
     smallest = 32
@@ -383,7 +384,7 @@ async def test_a_claim_too_large_to_read_in_time_halves_the_batch(
     stats = await seen.stats()
     await view.aclose()
     print(
-        f"\n[limits] 24 x 4 MB, socket_timeout 250 ms: drained in {time.monotonic() - t:.1f} s,"
+        f"\n[limits] 24 x 8 MB, socket_timeout 250 ms: drained in {time.monotonic() - t:.1f} s,"
         f" batch down to {smallest}, {stats['counters'].get('claimed', 0)} leases,"
         f" failed={stats['counters'].get('failed', 0)}"
     )
