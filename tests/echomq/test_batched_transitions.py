@@ -209,3 +209,38 @@ async def test_the_embedded_server_keeps_a_guess_row_a_listpack(q: echomq.Queue)
     assert c is not None
     assert await q.jobs.complete(jid, c.token, {**GUESS, "exact": 2, "near": 1}) is True
     assert await q.conn.object("encoding", q.keys.job(jid)) == b"listpack"
+
+
+async def test_a_completed_row_keeps_no_lease_and_its_lapsed_holder_reaps_nothing(
+    q: echomq.Queue,
+) -> None:
+    # complete blanks the lease's `worker` and `lease` in its one HSET (no HDEL): every
+    # reader takes '' as none, so a completed job names no holder and no deadline, and a
+    # reap of its holder's lapse leaves it alone.
+    jid = await q.lanes.enqueue("a", 1)
+    await q.heartbeat("w", 1_000)
+    c = await q.lanes.claim("w", LEASE)
+    assert c is not None and c.job_id == jid
+    held = await q.jobs.get(jid)
+    assert held is not None and held.worker_id == "w" and held.lease_until_ms is not None
+    assert await q.jobs.complete(jid, c.token, {"ok": 1}) is True
+    row = await q.conn.hgetall(q.keys.job(jid))
+    assert (row[b"state"], row.get(b"worker", b""), row.get(b"lease", b"")) == (
+        b"completed",
+        b"",
+        b"",
+    )
+    info = await q.jobs.get(jid)
+    assert info is not None and info.state == "completed" and info.result == {"ok": 1}
+    assert info.worker_id is None and info.lease_until_ms is None
+    assert info.finished_at_ms is not None
+    # the same completion again: still counted once, the row as it was
+    assert await q.jobs.complete(jid, c.token, {"ok": 1}) is True
+    assert await q.conn.hgetall(q.keys.job(jid)) == row
+    # its holder lapses: the reaper finds nothing of its to stall
+    await q.conn.zadd(q.keys.workers, {"w": 1})
+    assert await q.stalled.reap() == []
+    assert await q.conn.hgetall(q.keys.job(jid)) == row
+    s = await q.stats()
+    assert (s["counters"]["completed"], s["counters"].get("reaped", 0)) == (1, 0)
+    assert [e["type"] for e in await _events(q)] == ["completed"]

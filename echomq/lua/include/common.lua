@@ -237,9 +237,10 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- is not a hash, is dropped and counted (`dropped`).
 --
 -- Two commands per row: one HMGET reads the fencing token and everything the claim tuple
--- carries (the payload is the row's `body`; `payload` in a row written before that name),
--- one HSET writes the new token (attempts + 1, the increment HINCRBY would make, computed
--- here from the count just checked) and the lease.
+-- carries (the payload is the row's `body`; a row written before that name holds it as
+-- `payload`, read by one HGET more for such a row only), one HSET writes the new token
+-- (attempts + 1, the increment HINCRBY would make, computed here from the count just
+-- checked) and the lease. Numbers the rows and sets share are formatted once per call.
 --
 -- A claim also proves the worker alive: a registered worker's heartbeat deadline moves to
 -- now + its lapse, so an idle worker (which beats rarely, with a long deadline) that
@@ -253,12 +254,13 @@ local EVENTS_MAXLEN = 100000  -- for the rare event of a script that is not give
 -- K_HELD (the worker's job set), K_HOLDER (its description) and K_MEMO (claim:<claim_id>)
 -- are the claim script's own keys, KEYS[2..4].
 local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
-  local out, scored, good, rows = {}, {}, {}, {}
+  local out, scored, good, rows, jks = {}, {}, {}, {}, {}
   if #ids == 0 then return out end
   local malformed, dropped, foreign = {}, 0, {}
   for _, id in ipairs(ids) do
-    local row = redis.pcall('HMGET', job_key(id), 'attempts', 'state', 'lane', 'body',
-      'seq', 'enq', 'stalls', 'headers', 'load', 'payload')
+    local jk = job_key(id)
+    local row = redis.pcall('HMGET', jk, 'attempts', 'state', 'lane', 'body',
+      'seq', 'enq', 'stalls', 'headers', 'load')
     if type(row) ~= 'table' or row.err or not (row[2] or row[6]) then
       -- no row (a pending one has no state, but every row has `enq`)
       dropped = dropped + 1
@@ -272,13 +274,17 @@ local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
       if attempts == nil or attempts >= MAX_TOKEN then
         malformed[#malformed + 1] = {id, row[3] or ''}
       else
+        if not row[4] then row[4] = redis.call('HGET', jk, 'payload') end  -- an older row
         good[#good + 1] = id
         rows[#rows + 1] = row
+        jks[#jks + 1] = jk
       end
     end
   end
   -- All checks passed; writes start here.
   local until_ms = now + lease_ms
+  -- %d: a Lua number passed as is would be written as %.14g (1e+15 past 14 digits)
+  local until_s = string.format('%d', until_ms)
   local opened = {}  -- lane -> {enq, id, ...}: its own jobs, now unfinished outside it
   for i, id in ipairs(good) do
     local row = rows[i]
@@ -289,12 +295,11 @@ local function lease_all(ids, worker, now, lease_ms, claim_id, memo_ms)
       opened[row[3]] = entries
     end
     local token = count(row[1], 0) + 1
-    -- %d: a Lua number passed as is would be written as %.14g (1e+15 past 14 digits)
-    redis.call('HSET', job_key(id), 'attempts', string.format('%d', token), 'state', 'active',
-      'lease', until_ms, 'worker', worker, 'lid', claim_id)
-    out[i] = {id, row[3] or '', row[4] or row[10] or '', token, until_ms, row[5] or '',
+    redis.call('HSET', jks[i], 'attempts', string.format('%d', token), 'state', 'active',
+      'lease', until_s, 'worker', worker, 'lid', claim_id)
+    out[i] = {id, row[3] or '', row[4] or '', token, until_ms, row[5] or '',
               row[6] or '0', row[7] or '0', row[8] or '', claim_id}
-    scored[2 * i - 1] = until_ms
+    scored[2 * i - 1] = until_s
     scored[2 * i] = id
   end
   for _, bad in ipairs(malformed) do
