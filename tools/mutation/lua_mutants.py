@@ -162,8 +162,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "if row[1] == 'active' and row[2] == worker then",
       "if row[2] == worker then", REAP,
       "a lapsed worker's finished jobs are stalled back onto their lane",
-      "every script that takes a job out of `active` also deletes the row's `worker` "
-      "(unlease, complete), so a row naming the worker is always active"),
+      "every script that takes a job out of `active` also clears the row's `worker` "
+      "(unlease deletes it, complete blanks it), so a row naming the worker is always active"),
     M("claim-no-worker-set", "owner filtering", "include/common.lua",
       "redis.call('SADD', K_HELD, unpack(good, first, last))",
       "redis.call('TYPE', K_HELD)", REAP,
