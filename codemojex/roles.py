@@ -32,17 +32,15 @@ def web(args: argparse.Namespace) -> int:
     require_valkey(config, "web")
     private_files(config, admin_token=True)
 
-    import uvicorn
-
     from web.app import create_app
     from web.connections import plan_connections
-    from web.server import server_config
+    from web.server import Server, server_config
 
     # The open-files limit raised for the sockets, or the caps cut to it: one address
     # must never hold every descriptor, or the process stops accepting anyone.
     plan = plan_connections(config.sockets_per_process, config.connections_per_address)
     config = config.with_(sockets_per_process=plan.sockets_per_process)
-    server = uvicorn.Server(
+    server = Server(
         server_config(
             create_app(config),
             host=config.host,

@@ -23,7 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import resource
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from codemojex.admission import address_key
 from web.frames import FramesProtocol
+from web.turns import Turns
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -135,6 +136,7 @@ class GuardedConfig(uvicorn.Config):
 
     connection_guard: ConnectionGuard | None = None
     head_timeout_s: float = HEAD_TIMEOUT_S
+    turns: Turns | None = None  # the loop's parse order (web.turns); None parses at once
 
 
 def _settings(config: uvicorn.Config) -> tuple[ConnectionGuard | None, float]:
@@ -195,6 +197,10 @@ class _Guarded(asyncio.Protocol):
     config: uvicorn.Config
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
+    flow: Any
+    turns: Turns | None = None
+    turn_backlog: deque[tuple[bytes, bytes | None]] | None = None
+    turn_closed = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         guard, delay = _settings(self.config)
@@ -203,6 +209,8 @@ class _Guarded(asyncio.Protocol):
             transport.abort()
             return  # refused at accept: uvicorn never sees it
         self.ticket = _Ticket(guard, key, transport, self.loop, delay)
+        self.turns = getattr(self.config, "turns", None)
+        self.turn_senders: deque[bytes] = deque()
         super().connection_made(transport)
         self.ticket.arm()
 
@@ -210,7 +218,32 @@ class _Guarded(asyncio.Protocol):
         if self.ticket is None:
             return
         self.ticket.release()
+        if self.turns is not None:
+            self.turns.closed(self)
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.turns is None:
+            super().data_received(data)
+            return
+        # No keep-alive timeout while the request waits its turn (uvicorn cancels it when
+        # it parses).
+        self._unset_keepalive_if_required()  # type: ignore[attr-defined]
+        self.turns.offer(self, data)
+
+    def parse(self, data: bytes) -> None:
+        """uvicorn's own reading of ``data`` (:class:`web.turns.Turns` calls it in turn)."""
+        super().data_received(data)
+
+    def hold_reading(self, held: bool) -> None:
+        if held:
+            self.flow.pause_reading()
+        else:
+            self.flow.resume_reading()
+
+    def _answered(self) -> None:
+        if self.turns is not None:
+            self.turns.answered(self)
 
     def _hand_over(self) -> None:
         """After a websocket upgrade: the socket's protocol now holds the connection's
@@ -218,6 +251,8 @@ class _Guarded(asyncio.Protocol):
         ticket, self.ticket = self.ticket, None
         if ticket is None:
             return
+        if self.turns is not None:
+            self.turns.closed(self)
         ticket.disarm()
         protocol = self.transport.get_protocol()
         if isinstance(protocol, GuardedFrames) and protocol.ticket is None:
@@ -238,6 +273,7 @@ class GuardedH11(_Guarded, H11Protocol):
         # Armed first: the next cycle's handle_events disarms it if a head is buffered.
         if self.ticket is not None and not self.transport.is_closing():
             self.ticket.arm()
+        self._answered()
         super().on_response_complete()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
@@ -259,6 +295,7 @@ if HttpToolsProtocol is not None:
         def on_response_complete(self) -> None:
             # A pipelined request's head has already arrived: no deadline for it.
             waiting = bool(self.pipeline)
+            self._answered()
             super().on_response_complete()
             if self.ticket is not None and not waiting and not self.transport.is_closing():
                 self.ticket.arm()

@@ -18,6 +18,10 @@ Connections: each request head must arrive within :data:`web.connections.HEAD_TI
 (idle keep-alive connections close after :data:`KEEP_ALIVE_S`), and a process caps its
 connections in all and per client address at accept (:mod:`web.connections`).
 
+Requests are parsed light senders first (:mod:`web.turns`): what one turn of the loop
+reads is parsed at the turn's end, a sender with more than two requests unanswered after
+the rest, a few a turn.
+
 Logs never carry credentials: uvicorn logs every websocket accept and refusal with the
 full path, query string included (``/ws?token=…``), so its loggers get
 :class:`RedactCredentials`.
@@ -25,10 +29,14 @@ full path, query string included (``/ws?token=…``), so its loggers get
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import sys
 from typing import Any
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from codemojex.logs import RedactCredentials
 from web.connections import (
@@ -39,6 +47,8 @@ from web.connections import (
     http_protocol,
 )
 from web.errors import MAX_BODY_BYTES
+from web.listener import BatchListener
+from web.turns import Turns
 
 # uvicorn's "websockets-sansio" (its "websockets" is websockets.legacy: deprecated), plus
 # the frames extension, releasing its place in the connection count when it closes.
@@ -54,6 +64,7 @@ GRACEFUL_SHUTDOWN_S = 5
 KEEP_ALIVE_S = 5
 
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+log = logging.getLogger("uvicorn.error")
 
 
 def install_log_redaction() -> None:
@@ -127,4 +138,57 @@ def server_config(
         forwarded_allow_ips=forwarded_allow_ips,
     )
     config.head_timeout_s = head_timeout_s
+    config.turns = Turns()
     return config
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server whose TCP listeners accept in batches (:mod:`web.listener`): the
+    one every web process runs, ``codemojex up`` and ``web`` as the tests."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        if config.uds is not None or config.fd is not None or config.ssl is not None:
+            await super().startup(sockets=sockets)  # not how a web process is served
+            return
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(STARTUP_FAILURE)
+
+        def create_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        own = sockets is None
+        if sockets is None:
+            try:
+                sockets = [_bind(config.host, config.port)]
+            except OSError as e:
+                log.error(e)
+                await self.lifespan.shutdown()
+                sys.exit(STARTUP_FAILURE)
+        loop = asyncio.get_running_loop()
+        listeners: list[Any] = [
+            BatchListener(loop, sock, create_protocol, backlog=config.backlog, own=own)
+            for sock in sockets
+        ]
+        self.servers = listeners
+        if own:
+            self._log_started_message(sockets)
+        self.started = True
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not listening yet), as uvicorn binds one."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock

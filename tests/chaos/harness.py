@@ -436,14 +436,13 @@ async def serve(config: Any) -> Any:
     """The real app under a real uvicorn on a free port, in this process (as tests/web
     does), until the block ends; yields an httpx client pointed at it."""
     import httpx
-    import uvicorn
 
     from harness.helpers import free_port
     from web.app import create_app
-    from web.server import server_config
+    from web.server import Server, server_config
 
     port = free_port()
-    server = uvicorn.Server(
+    server = Server(
         server_config(create_app(config), port=port, log_level="critical", graceful_shutdown_s=2)
     )
     task = asyncio.create_task(server.serve())

@@ -30,7 +30,6 @@ import httpx
 import orjson
 import pytest
 import redis.asyncio
-import uvicorn
 from websockets.asyncio.client import ClientConnection
 
 import echomq
@@ -42,7 +41,7 @@ from echomq.partitions import partition_names
 from echomq.server import EmbeddedValkey, die_with_parent
 from harness.helpers import free_port
 from web.app import create_app
-from web.server import server_config
+from web.server import Server, server_config
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 SERVER_START_TIMEOUT_S = 10.0
@@ -134,9 +133,7 @@ async def serve(config: Config) -> AsyncIterator[Served]:
     """The app under a real uvicorn on a free port, until the block ends."""
     port = free_port()
     app = create_app(config)
-    server = uvicorn.Server(
-        server_config(app, port=port, log_level="warning", graceful_shutdown_s=2)
-    )
+    server = Server(server_config(app, port=port, log_level="warning", graceful_shutdown_s=2))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(SERVER_START_TIMEOUT_S):
@@ -354,7 +351,7 @@ def served_in_thread(config: Config, name: str) -> Iterator[int]:
     with its own event loop, for tests whose own loop only waits on a client; yields the
     port and stops the server after."""
     port = free_port()
-    server = uvicorn.Server(
+    server = Server(
         server_config(create_app(config), port=port, log_level="warning", graceful_shutdown_s=2)
     )
     thread = threading.Thread(target=server.run, name=name)

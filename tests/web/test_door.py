@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio
-import uvicorn
 from redis.exceptions import MaxConnectionsError
 
 from codemojex.config import Config
@@ -27,7 +26,7 @@ from echomq.server import EmbeddedValkey
 from harness.helpers import free_port, slow_request, sql_write_locked
 from tests.web.conftest import SERVER_START_TIMEOUT_S, Served, assert_error, bearer
 from web.app import create_app
-from web.server import server_config
+from web.server import Server, server_config
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -40,9 +39,7 @@ async def serve(config: Config, **server: Any) -> AsyncIterator[Served]:
     proxy, say)."""
     port = free_port()
     app = create_app(config)
-    uv = uvicorn.Server(
-        server_config(app, port=port, log_level="warning", graceful_shutdown_s=2, **server)
-    )
+    uv = Server(server_config(app, port=port, log_level="warning", graceful_shutdown_s=2, **server))
     task = asyncio.create_task(uv.serve())
     try:
         async with asyncio.timeout(SERVER_START_TIMEOUT_S):
