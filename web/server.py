@@ -19,8 +19,9 @@ Connections: each request head must arrive within :data:`web.connections.HEAD_TI
 connections in all and per client address at accept (:mod:`web.connections`).
 
 Requests are parsed light senders first (:mod:`web.turns`): what one turn of the loop
-reads is parsed at the turn's end, a sender with more than two requests unanswered after
-the rest, a few a turn.
+reads is parsed at the turn's end, a sender this process has not answered yet or with more
+than two requests unanswered after the rest, a few a turn. :class:`Server` accepts up to
+64 waiting connections a turn (:mod:`web.listener`), where uvloop's own server takes one.
 
 Logs never carry credentials: uvicorn logs every websocket accept and refusal with the
 full path, query string included (``/ws?token=…``), so its loggers get

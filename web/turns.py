@@ -19,6 +19,10 @@ handshakes, a body's later part) is parsed as it came, for the door to weigh by 
 address. A connection's chunks keep their order (one waiting holds back its followers,
 and its reading pauses meanwhile).
 
+A request that waits here still has its head deadline (:data:`web.connections.HEAD_TIMEOUT_S`,
+5 s from its connection's last answer): a flood too deep to parse within it is closed, as
+a slow head is.
+
 The count per token is what this process holds, not a rate: it needs no history, so the
 first instant of a gang is told apart from an honest player's guess (8 unanswered against
 1), and a token not answered yet (every masher's first requests; an honest player's first
