@@ -170,8 +170,10 @@ class Server(uvicorn.Server):
                 await self.lifespan.shutdown()
                 sys.exit(STARTUP_FAILURE)
         loop = asyncio.get_running_loop()
+        turns = getattr(config, "turns", None)
+        light = turns.light_head if turns is not None else None
         listeners: list[Any] = [
-            BatchListener(loop, sock, create_protocol, backlog=config.backlog, own=own)
+            BatchListener(loop, sock, create_protocol, backlog=config.backlog, own=own, light=light)
             for sock in sockets
         ]
         self.servers = listeners

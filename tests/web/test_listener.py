@@ -117,3 +117,55 @@ def test_a_closed_listener_refuses_new_connections() -> None:
             socket.create_connection(("127.0.0.1", port), timeout=2)
 
     uvloop.run(run())
+
+
+class Named(asyncio.Protocol):
+    """Records the first bytes each connection brings, in the order connections are read."""
+
+    def __init__(self, order: list[bytes]) -> None:
+        self.order = order
+
+    def data_received(self, data: bytes) -> None:
+        self.order.append(data)
+
+
+def test_a_light_senders_connection_is_made_before_a_gangs_waiting_ones() -> None:
+    """With ``light``, connections whose first request is heavy wait and are made a few a
+    turn; a light one accepted after 100 of them is made in its own turn."""
+
+    async def run() -> tuple[list[bytes], int]:
+        loop = asyncio.get_running_loop()
+        order: list[bytes] = []
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        listener = BatchListener(
+            loop,
+            sock,
+            lambda: Named(order),
+            backlog=1024,
+            batch=512,
+            own=True,
+            light=lambda head: head.startswith(b"honest"),
+        )
+        clients = []
+        for _ in range(100):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.sendall(b"masher")
+            clients.append(c)
+        honest = socket.create_connection(("127.0.0.1", port))
+        honest.sendall(b"honest")
+        clients.append(honest)
+        time.sleep(0.1)  # the loop is held: all 101 wait in the queue with their bytes
+        async with asyncio.timeout(10):
+            while len(order) < 101:
+                await asyncio.sleep(0.001)
+        listener.close()
+        for c in clients:
+            c.close()
+        return order, listener.accepted
+
+    order, accepted = uvloop.run(run())
+    assert accepted == 101
+    assert order.index(b"honest") < 10, order.index(b"honest")
+    assert order.count(b"masher") == 100  # every waiting one is made in the end
