@@ -13,14 +13,6 @@ needs a new one waits at the back of that queue (1.6-2.2 s, docs/load.md).
 ``connect_accepted_socket``, so connections are made as soon as they arrive and what is
 read on them is ordered by :mod:`web.turns`, not by the listen queue. The connections
 themselves stay the loop's own (uvloop's transports).
-
-Making a connection (uvloop's transport, uvicorn's protocol, the guard's count and head
-deadline) costs the process far more than accepting it. So with ``light`` (the parse
-order's verdict on a request head, :meth:`web.turns.Turns.light_head`), each accepted
-connection's first bytes are peeked at: one whose first request is a heavy sender's (a
-gang's, a token not answered yet) waits, made :data:`HEAVY_MADE_PER_TURN` a turn, and the
-others are made at once. Behind nginx, where a gang's onset opens 1,600 upstream
-connections, an honest request's new connection is then made in the turn it is accepted.
 """
 
 from __future__ import annotations
@@ -29,10 +21,9 @@ import asyncio
 import errno
 import logging
 import socket
-from collections import deque
 from collections.abc import Callable
 
-__all__ = ["ACCEPT_BATCH", "ACCEPT_RETRY_S", "HEAVY_MADE_PER_TURN", "MAX_WAITING", "BatchListener"]
+__all__ = ["ACCEPT_BATCH", "ACCEPT_RETRY_S", "BatchListener"]
 
 log = logging.getLogger("codemojex.web.listener")
 
@@ -42,12 +33,6 @@ ACCEPT_BATCH = 64
 # Out of descriptors (EMFILE): stop accepting this long, as asyncio's own server does,
 # rather than spin on a socket that stays readable.
 ACCEPT_RETRY_S = 1.0
-# Connections whose first request is a heavy sender's (``light`` says) are made this many a
-# turn, after the light ones; at most MAX_WAITING wait (each holds a descriptor), beyond which
-# the listening socket is left alone until half of them are made.
-HEAVY_MADE_PER_TURN = 8
-MAX_WAITING = 2_048
-PEEK_BYTES = 4_096
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -65,13 +50,8 @@ class BatchListener:
         backlog: int,
         batch: int = ACCEPT_BATCH,
         own: bool = False,
-        light: Callable[[bytes], bool] | None = None,
     ) -> None:
         self._loop = loop
-        self._light = light
-        self._waiting: deque[socket.socket] = deque()
-        self._due = False
-        self._paused = False
         self._sock = sock
         self._factory = protocol_factory
         self._batch = batch
@@ -99,54 +79,11 @@ class BatchListener:
                 continue  # the peer gave up before we took it (ECONNABORTED and the like)
             self.accepted += 1
             conn.setblocking(False)
-            if self._light is not None and not self._first_light(conn):
-                self._waiting.append(conn)
-                if not self._due:
-                    self._due = True
-                    self._loop.call_soon(self._make_waiting)
-                if len(self._waiting) >= MAX_WAITING:
-                    self._pause()
-                    return
-                continue
-            self._make(conn)
-
-    def _first_light(self, conn: socket.socket) -> bool:
-        """Whether ``conn``'s first request, if it has arrived, is a light sender's (one
-        not arrived yet counts as light: nothing to tell it by)."""
-        try:
-            head = conn.recv(PEEK_BYTES, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            return True  # the transport will see the error and close
-        return not head or self._light is None or self._light(head)
-
-    def _make(self, conn: socket.socket) -> None:
-        if conn.family in (socket.AF_INET, socket.AF_INET6):
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
-        self._pending.add(task)
-        task.add_done_callback(self._made)
-
-    def _make_waiting(self) -> None:
-        self._due = False
-        for _ in range(min(HEAVY_MADE_PER_TURN, len(self._waiting))):
-            conn = self._waiting.popleft()
-            try:
-                self._make(conn)
-            except OSError:
-                conn.close()
-        if self._waiting and not self._closed:
-            self._due = True
-            self._loop.call_soon(self._make_waiting)
-        if self._paused and len(self._waiting) <= MAX_WAITING // 2:
-            self._paused = False
-            self._resume()
-
-    def _pause(self) -> None:
-        if not self._paused:
-            self._paused = True
-            self._loop.remove_reader(self._sock.fileno())
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
+            self._pending.add(task)
+            task.add_done_callback(self._made)
 
     def _made(self, task: asyncio.Task[object]) -> None:
         self._pending.discard(task)
@@ -162,8 +99,6 @@ class BatchListener:
             return
         self._closed = True
         self._loop.remove_reader(self._sock.fileno())
-        while self._waiting:
-            self._waiting.popleft().close()
         if self._own:
             self._sock.close()
 

@@ -170,10 +170,8 @@ class Server(uvicorn.Server):
                 await self.lifespan.shutdown()
                 sys.exit(STARTUP_FAILURE)
         loop = asyncio.get_running_loop()
-        turns = getattr(config, "turns", None)
-        light = turns.light_head if turns is not None else None
         listeners: list[Any] = [
-            BatchListener(loop, sock, create_protocol, backlog=config.backlog, own=own, light=light)
+            BatchListener(loop, sock, create_protocol, backlog=config.backlog, own=own)
             for sock in sockets
         ]
         self.servers = listeners

@@ -158,12 +158,6 @@ class Turns:
         if self._waiting:
             self._schedule()
 
-    def light_head(self, data: bytes) -> bool:
-        """Whether a connection whose first bytes are ``data`` would be parsed as light (a
-        request without a token is)."""
-        token = token_of(data)
-        return token is None or self._light(token)
-
     def _light(self, token: bytes) -> bool:
         return token in self.seen and self.held.get(token, 0) <= self.light_in_flight
 
