@@ -78,14 +78,10 @@ def run_header() -> list[tuple[str, str]]:
 
 def shared_port_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` with SO_REUSEPORT, for several processes."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
+    from web.server import bind_tcp
+
+    sock = bind_tcp(host, port, reuse_port=True)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
         sock.listen(2048)
         sock.set_inheritable(True)
     except OSError:

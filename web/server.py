@@ -164,7 +164,7 @@ class Server(uvicorn.Server):
         own = sockets is None
         if sockets is None:
             try:
-                sockets = [_bind(config.host, config.port)]
+                sockets = [bind_tcp(config.host, config.port)]
             except OSError as e:
                 log.error(e)
                 await self.lifespan.shutdown()
@@ -180,14 +180,17 @@ class Server(uvicorn.Server):
         self.started = True
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (not listening yet), as uvicorn binds one."""
+def bind_tcp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port``, not listening yet (``reuse_port``: with
+    SO_REUSEPORT, for several processes on one port)."""
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError:
         sock.close()
