@@ -12,7 +12,8 @@ turn of the loop is collected; at the end of the turn, a chunk whose sender (its
 ``Authorization: Bearer`` token) this process has answered before and has at most
 :data:`LIGHT_IN_FLIGHT` requests unanswered here, this turn's included, is parsed in
 arrival order; any other sender's waits, lightest first (fewest unanswered), and at most
-:data:`HEAVY_PER_TURN` of those are parsed a turn. The loop keeps
+:data:`HEAVY_PER_TURN` of those are parsed a turn, plus :data:`HEAVY_PER_LIGHT` for each
+light one parsed in it. The loop keeps
 turning while any wait, so nothing waits for long: the heavy are parsed as fast as the
 core allows between the light. A chunk without a token (pages, sign-ups, socket
 handshakes, a body's later part) is parsed as it came, for the door to weigh by its
@@ -41,7 +42,7 @@ from typing import Protocol
 
 from web.door.admit import PLAYER_IN_FLIGHT
 
-__all__ = ["HEAVY_PER_TURN", "LIGHT_IN_FLIGHT", "Turns", "token_of"]
+__all__ = ["HEAVY_PER_LIGHT", "HEAVY_PER_TURN", "LIGHT_IN_FLIGHT", "Turns", "token_of"]
 
 # A sender with this many requests unanswered is light: the door's own measure of an honest
 # player's pace (a guess and a read, or a guess and its retry).
@@ -50,9 +51,14 @@ LIGHT_IN_FLIGHT = PLAYER_IN_FLIGHT
 # to be light (a gang's mashers all start with new ones), so it waits with the heavy, the
 # first among them.
 SEEN_MAX = 100_000
-# Heavy requests parsed per turn: at ~0.5 ms of the core each, a turn holds at most ~8 ms of
-# them, which is what a light request that arrives meanwhile waits for.
+# Heavy requests parsed per turn: at least this many (at ~0.5 ms of the core each, ~4 ms of
+# them, which is what a light request that arrives meanwhile waits for), and this many more
+# for each light one parsed in the turn: when most senders are heavy only because a
+# saturated process answers them slowly (bench_game at 2,000/s offered, 200 players at the
+# game's 10 a second), a fixed few a turn broke the process's batches (0.85x scored, 1.23x
+# the web CPU per guess) without protecting anyone.
 HEAVY_PER_TURN = 8
+HEAVY_PER_LIGHT = 4
 
 # The token as the app reads it (web.door.middleware.authorization): the header's first
 # value. Header names are case-insensitive; a chunk that starts a request carries its head.
@@ -85,10 +91,12 @@ class Turns:
         loop: asyncio.AbstractEventLoop | None = None,
         *,
         heavy_per_turn: int = HEAVY_PER_TURN,
+        heavy_per_light: int = HEAVY_PER_LIGHT,
         light_in_flight: int = LIGHT_IN_FLIGHT,
     ) -> None:
         self._loop = loop
         self.heavy_per_turn = heavy_per_turn
+        self.heavy_per_light = heavy_per_light
         self.light_in_flight = light_in_flight
         self.held: dict[bytes, int] = {}  # token -> requests read and not yet answered
         self.seen: dict[bytes, None] = {}  # tokens answered, least recently first
@@ -143,6 +151,7 @@ class Turns:
     def _turn(self) -> None:
         self._due = False
         arrived, self._arrived = self._arrived, []
+        light = 0
         for conn, data, token in arrived:
             if conn.turn_closed:
                 continue
@@ -150,9 +159,11 @@ class Turns:
                 conn.turn_backlog.append((data, token))
             elif token is None or self._light(token):
                 conn.parse(data)
+                light += 1
             else:
                 self._wait(conn, deque([(data, token)]))
-        for _ in range(min(self.heavy_per_turn, len(self._waiting))):
+        heavy = self.heavy_per_turn + self.heavy_per_light * light
+        for _ in range(min(heavy, len(self._waiting))):
             _, _, conn = heapq.heappop(self._waiting)
             self._resume(conn)
         if self._waiting:

@@ -51,7 +51,7 @@ async def _turns(turns: Turns, n: int = 1) -> None:
 
 
 async def test_a_gang_waits_and_a_light_sender_is_parsed_in_its_turn() -> None:
-    turns = Turns(heavy_per_turn=4)
+    turns = Turns(heavy_per_turn=4, heavy_per_light=0)
     turns.seen[b"honest"] = None
     log: list[bytes] = []
     gang = [Conn(log) for _ in range(12)]
@@ -71,7 +71,7 @@ async def test_a_gang_waits_and_a_light_sender_is_parsed_in_its_turn() -> None:
 
 
 async def test_light_senders_are_parsed_in_arrival_order_without_waiting() -> None:
-    turns = Turns(heavy_per_turn=1)
+    turns = Turns(heavy_per_turn=1, heavy_per_light=0)
     turns.seen.update({b"p1": None, b"p3": None})
     log: list[bytes] = []
     conns = [Conn(log) for _ in range(5)]
@@ -83,7 +83,7 @@ async def test_light_senders_are_parsed_in_arrival_order_without_waiting() -> No
 
 
 async def test_a_sender_is_heavy_only_past_its_light_count_until_answered() -> None:
-    turns = Turns(heavy_per_turn=0)
+    turns = Turns(heavy_per_turn=0, heavy_per_light=0)
     turns.seen[b"p"] = None
     log: list[bytes] = []
     conns = [Conn(log) for _ in range(LIGHT_IN_FLIGHT)]
@@ -103,7 +103,7 @@ async def test_a_sender_is_heavy_only_past_its_light_count_until_answered() -> N
 
 
 async def test_a_token_not_answered_yet_waits_first_among_the_heavy_until_answered() -> None:
-    turns = Turns(heavy_per_turn=1)
+    turns = Turns(heavy_per_turn=1, heavy_per_light=0)
     log: list[bytes] = []
     gang = [Conn(log) for _ in range(3)]
     for conn in gang:
@@ -120,8 +120,22 @@ async def test_a_token_not_answered_yet_waits_first_among_the_heavy_until_answer
     assert log[1] == head("new", 1)  # answered once: light, parsed before the gang's
 
 
+async def test_each_light_request_in_a_turn_lets_more_heavy_ones_through() -> None:
+    """When most senders are heavy only because the process answers slowly, a fixed few a
+    turn would break its batches: each light one parsed lets ``heavy_per_light`` more in."""
+    turns = Turns(heavy_per_turn=2, heavy_per_light=3)
+    log: list[bytes] = []
+    for i in range(20):
+        turns.offer(Conn(log), head("busy", i))
+    for name in ("a", "b"):
+        turns.seen[name.encode()] = None
+        turns.offer(Conn(log), head(name))
+    await _turns(turns)
+    assert len(log) == 2 + 2 + 3 * 2  # the two light, then 2 + 3 per light of the heavy
+
+
 async def test_a_connections_chunks_keep_their_order_behind_a_waiting_one() -> None:
-    turns = Turns(heavy_per_turn=1)
+    turns = Turns(heavy_per_turn=1, heavy_per_light=0)
     log: list[bytes] = []
     first = [Conn(log) for _ in range(3)]
     for conn in first:
@@ -136,7 +150,7 @@ async def test_a_connections_chunks_keep_their_order_behind_a_waiting_one() -> N
 
 
 async def test_a_connection_closed_while_it_waits_is_never_parsed() -> None:
-    turns = Turns(heavy_per_turn=1)
+    turns = Turns(heavy_per_turn=1, heavy_per_light=0)
     log: list[bytes] = []
     conns = [Conn(log) for _ in range(4)]
     for conn in conns:
