@@ -104,7 +104,7 @@ class Turns:
         self._waiting: list[tuple[int, int, Reader]] = []  # (weight, order, connection)
         self._order = 0
         self._due = False
-        self.deferred = 0  # chunks that waited a turn or more, for the metrics and tests
+        self.deferred = 0  # chunks that waited a turn or more (the tests read it)
 
     def offer(self, conn: Reader, data: bytes) -> None:
         """``data`` read on ``conn``: parsed at the end of this turn, or later if heavy."""
