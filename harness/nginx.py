@@ -90,12 +90,23 @@ def loopback_config(
 ) -> str:
     """``text`` (the shipped config) for nginx on ``127.0.0.1:port`` in front of
     ``upstreams``, its pid, error log and temporary files under ``prefix``; ``limit_req``
-    (rate per second, burst) in place of the shipped per-address limit, for an instrument's
-    test that must trip it on a machine too busy to pass the shipped rate."""
+    (rate per second, burst) in place of the shipped per-address limit (the per-player one
+    stays), for an instrument's test that must trip it on a machine too busy to pass the
+    shipped rate."""
     if limit_req is not None:
         rate, burst = limit_req
-        text = _once(r"rate=\d+r/s;", f"rate={rate}r/s;", text, "the limit_req rate")
-        text = _once(r"burst=\d+ nodelay;", f"burst={burst} nodelay;", text, "the limit_req burst")
+        text = _once(
+            r"(zone=per_address_rate:\S+ )rate=\d+r/s;",
+            rf"\g<1>rate={rate}r/s;",
+            text,
+            "the per-address limit_req rate",
+        )
+        text = _once(
+            r"(zone=per_address_rate )burst=\d+ nodelay;",
+            rf"\g<1>burst={burst} nodelay;",
+            text,
+            "the per-address limit_req burst",
+        )
     if not upstreams:
         raise ValueError("nginx needs at least one upstream")
     servers = "".join(f"        server {host}:{p};\n" for host, p in upstreams)

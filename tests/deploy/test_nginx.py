@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,12 @@ import httpx
 import pytest
 import websockets
 
+from codemojex.config import Config
 from harness.helpers import free_port, slow_request, sql_write_locked
 from harness.nginx import SHIPPED, Nginx, Response, pipelined, require_nginx, running_nginx
 from harness.running import WebProcess, wait_until, web_processes
 from web.connections import HEAD_TIMEOUT_S
+from web.door.admit import PLAYER_IN_FLIGHT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -85,11 +88,22 @@ def client(source: str) -> httpx.Client:
     )
 
 
+def directives(name: str) -> list[str]:
+    """The values of ``name`` in the shipped config, in order (comments aside)."""
+    text = re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
+    return [str(v).strip() for v in re.findall(rf"^\s*{name}\s+([^;]+);", text, re.MULTILINE)]
+
+
 def directive(name: str) -> str:
     """The value of ``name`` in the shipped config (once, comments aside)."""
-    text = re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
-    (value,) = re.findall(rf"^\s*{name}\s+([^;]+);", text, re.MULTILINE)
-    return str(value).strip()
+    (value,) = directives(name)
+    return value
+
+
+def limit_req(zone: str) -> str:
+    """The ``limit_req`` of ``zone`` in the shipped config (once)."""
+    (value,) = [v for v in directives("limit_req") if v.startswith(f"zone={zone} ")]
+    return value
 
 
 def seconds(value: str) -> float:
@@ -175,7 +189,7 @@ def test_a_flood_from_one_address_is_refused_by_nginx_and_never_reaches_the_app(
     limit_req is consulted and cannot fill the bucket: the flood's requests reach the
     app until the burst is spent, as fast as it answers them. On a busy machine that takes
     more rounds.)"""
-    assert re.search(r"burst=\d+", directive("limit_req"))
+    assert re.search(r"burst=\d+ nodelay", limit_req("per_address_rate"))
     web = start_web(*TRUST_NGINX)
     nginx = start_nginx(web)
     before = web.requests("/api/round")
@@ -198,13 +212,90 @@ def test_a_flood_from_one_address_is_refused_by_nginx_and_never_reaches_the_app(
         assert r.headers["retry-after"] == "1" and r.headers["content-type"] == "application/json"
         assert json.loads(r.body) == {
             "error": "overloaded",
-            "detail": "too many requests from this address; retry after Retry-After",
+            "detail": "too many requests from this address or player; retry after Retry-After",
         }, "nginx's refusal, not the app's door"
     rounds = [r.status for path, r in answers if path == "/api/round"]
     assert set(rounds) == {200, 503}, set(rounds)
     assert web.requests("/api/round") - before == rounds.count(200)
     with client("127.0.0.5") as other:
         assert other.get(f"{nginx.base}/api/round").status_code == 200
+
+
+def test_a_players_guesses_are_paced_per_token_and_nothing_else_is() -> None:
+    """The per-player pace is keyed on the bearer token of ``POST /api/guesses`` alone (an
+    empty key is not counted): two at once, like the door's honest pace, then delayed, not
+    refused, up to the game's own guess burst, at no more than the game's own rate."""
+    text = re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
+    mapped = re.search(r'map\s+"\$request_method \$uri"\s+\$guess_sender\s*\{([^}]*)\}', text)
+    assert mapped is not None, "the guess sender's map"
+    pairs = re.findall(r'^\s*("[^"]*"|\S+)\s+([^;]+);', mapped[1], re.MULTILINE)
+    entries = {k.strip('"'): v for k, v in pairs}
+    assert entries == {"POST /api/guesses": "$http_authorization", "default": '""'}, entries
+    (zone,) = [z for z in directives("limit_req_zone") if "zone=per_player_guesses:" in z]
+    assert zone.startswith("$guess_sender ")
+    rate = float(re.search(r"rate=(\d+)r/s", zone)[1])  # type: ignore[index]
+    paced = limit_req("per_player_guesses")
+    burst = int(re.search(r"burst=(\d+)", paced)[1])  # type: ignore[index]
+    delay = int(re.search(r" delay=(\d+)", paced)[1])  # type: ignore[index]
+    game = Config()
+    assert 0 < rate <= game.guess_rate
+    assert burst == game.guess_burst
+    assert delay + 1 == PLAYER_IN_FLIGHT
+    assert "nodelay" not in paced
+
+
+def test_a_players_guesses_past_two_at_once_wait_at_nginx_and_past_its_burst_are_refused(
+    start_web: Callable[..., Web], start_nginx: Callable[..., Nginx]
+) -> None:
+    """Player A sends 25 guesses at once, on 25 connections: nginx passes two, holds the next
+    (up to its burst of 20 waiting) and sends them on paced, and refuses the rest itself, in
+    the contract's JSON; every guess that reached the app was accepted (202) and the app saw
+    no other. Player B, on the same address, sends one guess after A's 25 and is answered
+    before A's last: the pace is A's, not its address's. A's 25 reads (GET /api/round) at once
+    before that are not counted: had they been, A's guesses would be refused from the
+    first."""
+    web = start_web(*TRUST_NGINX)
+    nginx = start_nginx(web)
+    source = "127.0.0.7"
+    with client(source) as http:
+        tokens = []
+        for name in ("A", "B"):
+            made = http.post(f"{nginx.base}/api/players", json={"name": name})
+            assert made.status_code == 201, made.text
+            tokens.append(made.json()["token"])
+        rnd = http.get(f"{nginx.base}/api/round").json()
+    alice, bob = ({"Authorization": f"Bearer {t}"} for t in tokens)
+    body = {"round_id": rnd["round_id"], "guess": [rnd["palette"][0]] * rnd["length"]}
+    before = web.requests("/api/guesses")
+
+    async def run() -> tuple[list[tuple[float, httpx.Response]], float, list[int]]:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=0)
+        transport = httpx.AsyncHTTPTransport(local_address=source, limits=limits)
+        async with httpx.AsyncClient(
+            base_url=nginx.base, transport=transport, trust_env=False, timeout=30
+        ) as h:
+            reads = await asyncio.gather(*(h.get("/api/round", headers=alice) for _ in range(25)))
+
+            async def timed(headers: dict[str, str]) -> tuple[float, httpx.Response]:
+                r = await h.post("/api/guesses", json=body, headers=headers)
+                return time.monotonic(), r
+
+            a = [asyncio.create_task(timed(alice)) for _ in range(25)]
+            await asyncio.sleep(0.05)
+            b_at, b = await timed(bob)
+            assert b.status_code == 202, b.text
+            return list(await asyncio.gather(*a)), b_at, [r.status_code for r in reads]
+
+    answers, b_at, reads = asyncio.run(run())
+    assert reads == [200] * 25
+    statuses = [r.status_code for _, r in answers]
+    refused = [r for _, r in answers if r.status_code == 503]
+    assert set(statuses) <= {202, 503} and refused, statuses
+    assert statuses.count(202) >= 20, statuses  # two at once and a burst of 20 waiting
+    for r in refused:
+        assert r.json()["detail"].endswith("from this address or player; retry after Retry-After")
+    assert b_at < max(at for at, r in answers if r.status_code == 202), "B waited for A's pace"
+    assert web.requests("/api/guesses") - before == statuses.count(202) + 1
 
 
 def test_slow_heads_and_bodies_are_cut_by_nginx_before_the_app(
