@@ -408,6 +408,39 @@ async def test_a_light_request_waits_longer_than_the_target_before_it_is_shed() 
     assert LIGHT_PATIENCE * 0.05 > 0.1
 
 
+async def test_a_new_player_at_an_honest_pace_waits_as_patiently_as_a_known_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A token the door has not seen weighs more (it waits behind the players known to be
+    # light), but by its own rate it is honest: it is not shed at the heavy's target while
+    # a known masher beside it is.
+    monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)  # the masher's refusal, unheld
+    gate = Gate(limit=1, wait_ms=50, address_limit=0, light_rate=10.0)
+    for i in range(60):  # a masher: 60 guesses in the last second
+        gate.players.hit("masher", gate.clock() - 1.0 + i / 60)
+    release = asyncio.Event()
+    order: list[float] = []
+    held = [asyncio.create_task(_hold(gate, 1.0, order, release)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert gate.working == gate.light_limit == 2  # the light slots are all held
+
+    async def work() -> str:
+        return "served"
+
+    def send(token: str) -> asyncio.Task[str | Shed]:
+        return asyncio.create_task(through(gate, "10.0.0.2", token, work, now=gate.clock()))
+
+    masher, newcomer = send("masher"), send("newcomer")
+    await asyncio.sleep(0.15)  # three times the target
+    assert masher.done() and isinstance(masher.result(), Shed)
+    assert not newcomer.done() and gate.waiting == 1
+    release.set()  # a held slot frees (well within LIGHT_PATIENCE x the target)
+    assert await newcomer == "served"
+    await asyncio.gather(*held)
+    assert (gate.working, gate.waiting) == (0, 0)
+    assert LIGHT_PATIENCE * 0.05 > 0.15
+
+
 def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() -> None:
     clock = Clock()
     gate = Gate(limit=1, wait_ms=50, address_limit=0, clock=clock)

@@ -44,7 +44,8 @@ concurrency) do together:
   honest pace is served next however many requests a masher has waiting.
 * **Heaviest shed.** A request that has waited ``wait_s`` (``--door-wait-ms``, the
   queue-delay target, as in CoDel) is shed, a light one only after :data:`LIGHT_PATIENCE`
-  times that; under sustained overload those are the
+  times that, and so is a player not seen yet whose own rate is light (it waits behind the
+  known light ones, late rather than refused); under sustained overload those are the
   heaviest senders', which are never the lightest waiting. When :data:`MAX_WAITING` wait,
   the heaviest is shed at once to make room (the newcomer itself if it is the heaviest).
   Shed: ``503 overloaded`` with ``Retry-After``.

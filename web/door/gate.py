@@ -266,8 +266,10 @@ class Gate:
             **self.counts,
         }
 
-    async def enter(self, weight: float) -> bool:
-        """True with a slot held (hand it back with :meth:`leave`); False: shed."""
+    async def enter(self, weight: float, *, patient: bool = False) -> bool:
+        """True with a slot held (hand it back with :meth:`leave`); False: shed. A light
+        request (``weight`` within the threshold), or a ``patient`` one, waits
+        :data:`LIGHT_PATIENCE` times the target before it is shed."""
         if (
             not self.limit
             or (self.working + self.resting < self.limit and not self.waiting)
@@ -292,7 +294,7 @@ class Gate:
         self.waiting += 1
         self.counts["queued"] += 1
         try:
-            light = weight <= self.light_now
+            light = patient or weight <= self.light_now
             async with asyncio.timeout(self.wait_s * (LIGHT_PATIENCE if light else 1)):
                 granted = await future
         except TimeoutError:
