@@ -415,7 +415,7 @@ async def test_a_new_player_at_an_honest_pace_waits_as_patiently_as_a_known_one(
     # light), but by its own rate it is honest: it is not shed at the heavy's target while
     # a known masher beside it is.
     monkeypatch.setattr("web.door.gate.MIN_REFUSAL_S", 0.0)  # the masher's refusal, unheld
-    gate = Gate(limit=1, wait_ms=50, address_limit=0, light_rate=10.0)
+    gate = Gate(limit=1, wait_ms=100, address_limit=0, light_rate=10.0)
     for i in range(60):  # a masher: 60 guesses in the last second
         gate.players.hit("masher", gate.clock() - 1.0 + i / 60)
     release = asyncio.Event()
@@ -431,14 +431,14 @@ async def test_a_new_player_at_an_honest_pace_waits_as_patiently_as_a_known_one(
         return asyncio.create_task(through(gate, "10.0.0.2", token, work, now=gate.clock()))
 
     masher, newcomer = send("masher"), send("newcomer")
-    await asyncio.sleep(0.15)  # three times the target
+    await asyncio.sleep(0.2)  # twice the target
     assert masher.done() and isinstance(masher.result(), Shed)
     assert not newcomer.done() and gate.waiting == 1
     release.set()  # a held slot frees (well within LIGHT_PATIENCE x the target)
     assert await newcomer == "served"
     await asyncio.gather(*held)
     assert (gate.working, gate.waiting) == (0, 0)
-    assert LIGHT_PATIENCE * 0.05 > 0.15
+    assert LIGHT_PATIENCE * 0.1 >= 2 * 0.2
 
 
 def test_a_sender_that_does_not_wait_its_retry_after_is_held_longer_each_time() -> None:
