@@ -88,10 +88,15 @@ def client(source: str) -> httpx.Client:
     )
 
 
+def shipped_text() -> str:
+    """The shipped config without its comments."""
+    return re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
+
+
 def directives(name: str) -> list[str]:
     """The values of ``name`` in the shipped config, in order (comments aside)."""
-    text = re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
-    return [str(v).strip() for v in re.findall(rf"^\s*{name}\s+([^;]+);", text, re.MULTILINE)]
+    found = re.findall(rf"^\s*{name}\s+([^;]+);", shipped_text(), re.MULTILINE)
+    return [str(v).strip() for v in found]
 
 
 def directive(name: str) -> str:
@@ -225,8 +230,9 @@ def test_a_players_guesses_are_paced_per_token_and_nothing_else_is() -> None:
     """The per-player pace is keyed on the bearer token of ``POST /api/guesses`` alone (an
     empty key is not counted): two at once, like the door's honest pace, then delayed, not
     refused, up to the game's own guess burst, at no more than the game's own rate."""
-    text = re.sub(r"#[^\n]*", "", SHIPPED.read_text(encoding="utf-8"))
-    mapped = re.search(r'map\s+"\$request_method \$uri"\s+\$guess_sender\s*\{([^}]*)\}', text)
+    mapped = re.search(
+        r'map\s+"\$request_method \$uri"\s+\$guess_sender\s*\{([^}]*)\}', shipped_text()
+    )
     assert mapped is not None, "the guess sender's map"
     pairs = re.findall(r'^\s*("[^"]*"|\S+)\s+([^;]+);', mapped[1], re.MULTILINE)
     entries = {k.strip('"'): v for k, v in pairs}
